@@ -1,0 +1,205 @@
+"""The one generate loop every decoder shares, and its result.
+
+A decoder only says what to *propose* each step (a draft tree, and for lookahead a 2-D window) and
+how to *update* its own state from the step's outputs. Laying the proposal into one forward,
+verifying it, keeping the accepted cache entries, stopping at EOS / max_new_tokens and counting
+steps, tokens and FLOPs happen here, once.
+
+Step layout of the forward's k new tokens: ``[root | draft-tree nodes | window tokens]``. The root is
+the last accepted token (not yet in the cache) at position L = cache length; every new token sees the
+whole cache and the root; the tree and the window cannot see each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from decoders.sampling import SamplingParams
+from decoders.tree import DraftTree, Verdict, verify_greedy, verify_sampling
+from decoders.window import LookaheadWindow
+
+if TYPE_CHECKING:
+    from harness.backend import Backend
+
+
+@dataclass
+class DecodeResult:
+    """What one generation produced and cost. S = len(tokens) / steps (prefill not counted)."""
+
+    tokens: list[int]  # new token ids (EOS included when generation stopped on it)
+    steps: int  # decoding forwards after prefill
+    accepted: list[int]  # tokens emitted per step; sum == len(tokens), len == steps
+    input_tokens: list[int]  # tokens fed per step
+    flops: list[float]  # FLOPs per step (backend formula)
+    prompt_tokens: int
+    prefill_flops: float
+    prefill_s: float
+    decode_s: float
+    stop_reason: str  # "eos" or "max_new_tokens"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compression(self) -> float:
+        return len(self.tokens) / self.steps if self.steps else 0.0
+
+    @property
+    def output_hash(self) -> str:
+        return hashlib.sha1(",".join(map(str, self.tokens)).encode()).hexdigest()
+
+
+@dataclass
+class Proposal:
+    tree: DraftTree
+    window: LookaheadWindow | None = None
+
+
+@dataclass
+class StepOutput:
+    verdict: Verdict
+    tree_pred: list[int]  # argmax at the root and at each tree node (greedy drafts for the next step)
+    window_pred: list[int]  # argmax at the window's top level (the next Jacobi level)
+
+
+def check_int(name: str, value: Any, low: int, what: str) -> int:
+    """Validate an integer parameter; the message names the parameter and its valid range."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} ({what}) must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class Decoder(ABC):
+    """Subclasses implement ``begin`` / ``propose`` / ``update`` and a ``max_step_tokens`` bound."""
+
+    name: ClassVar[str]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def max_step_tokens(self) -> int:
+        """Upper bound on tokens fed by one step (sizes the KV cache)."""
+
+    @abstractmethod
+    def begin(self, prompt_ids: list[int]) -> Any:
+        """Fresh per-generation proposal state."""
+
+    @abstractmethod
+    def propose(self, state: Any, seq: list[int]) -> Proposal:
+        """Draft for the step after ``seq`` (prompt + accepted tokens; its last token is the root)."""
+
+    def update(self, state: Any, seq: list[int], out: StepOutput) -> None:
+        """Learn from the step (``seq`` already extended by the accepted tokens)."""
+
+    def generate(
+        self,
+        backend: Backend,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> DecodeResult:
+        """Decode up to ``max_new_tokens`` after ``prompt_ids``; greedy unless temperature > 0."""
+        check_int("max_new_tokens", max_new_tokens, 1, "tokens to generate")
+        prompt_ids = [int(t) for t in prompt_ids]
+        if not prompt_ids:
+            raise ValueError("prompt_ids must hold at least one token")
+        limit = backend.shape.max_positions
+        if len(prompt_ids) + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                f"model's context of {limit} positions; shorten the prompt or lower max_new_tokens"
+            )
+        sampling = SamplingParams(temperature, top_k, top_p, seed)
+        gen = sampling.generator()
+
+        prefill_s = backend.start(prompt_ids, max_new_tokens + self.max_step_tokens())
+        state = self.begin(prompt_ids)
+        seq = list(prompt_ids)
+        tokens: list[int] = []
+        accepted: list[int] = []
+        stop = "max_new_tokens"
+        t0 = time.perf_counter()
+        while len(tokens) < max_new_tokens:
+            out = self._step(backend, self.propose(state, seq), seq[-1], sampling, gen)
+            new = out.verdict.tokens[: max_new_tokens - len(tokens)]
+            hit = next((i for i, t in enumerate(new) if t in backend.eos_token_ids), None)
+            if hit is not None:
+                new = new[: hit + 1]
+            tokens.extend(new)
+            accepted.append(len(new))
+            if hit is not None:
+                stop = "eos"
+                break
+            seq.extend(new)
+            self.update(state, seq, out)
+        backend.sync()
+        decode_s = time.perf_counter() - t0
+
+        c = backend.counters
+        steps_flops = [f for f, pre in zip(c.flops, c.is_prefill) if not pre]
+        steps_inputs = [n for n, pre in zip(c.input_tokens, c.is_prefill) if not pre]
+        return DecodeResult(
+            tokens=tokens,
+            steps=len(accepted),
+            accepted=accepted,
+            input_tokens=steps_inputs,
+            flops=steps_flops,
+            prompt_tokens=len(prompt_ids),
+            prefill_flops=sum(f for f, pre in zip(c.flops, c.is_prefill) if pre),
+            prefill_s=prefill_s,
+            decode_s=decode_s,
+            stop_reason=stop,
+            params=dict(self.params),
+        )
+
+    @staticmethod
+    def _step(
+        backend: Backend, prop: Proposal, root: int, sampling: SamplingParams, gen: torch.Generator
+    ) -> StepOutput:
+        """One forward over [root | tree | window], verification, and the cache commit."""
+        tree, window = prop.tree, prop.window
+        t = len(tree)
+        L = backend.length
+        ids = [root] + tree.tokens
+        rel = [0] + tree.depths
+        w_rows: list[int] = []
+        if window is not None:
+            w_rel, w_mask = window.layout()
+            ids += window.tokens()
+            rel += w_rel.tolist()
+            w_rows = [1 + t + i for i in window.top_rows()]
+        k = len(ids)
+        dev = backend.device
+        if k == 1:
+            mask = None
+            rows = None
+        else:
+            m = np.zeros((k, k), dtype=bool)
+            m[:, 0] = True  # everyone sees the root
+            if t:
+                m[1 : 1 + t, 1 : 1 + t] = tree.mask()
+            if window is not None:
+                m[1 + t :, 1 + t :] = w_mask
+            mask = torch.from_numpy(m).to(dev)
+            rows = None if window is None else torch.tensor(list(range(1 + t)) + w_rows, device=dev)
+        logits = backend.forward(
+            torch.tensor(ids, device=dev), torch.tensor(rel, device=dev) + L, mask, rows
+        )  # [1 + t (+ W), vocab]
+        pred = logits.argmax(-1).tolist()
+        if sampling.greedy:
+            verdict = verify_greedy(tree, pred)
+        else:
+            verdict = verify_sampling(tree, logits[: 1 + t], sampling, gen)
+        backend.commit([0] + [1 + n for n in verdict.nodes])
+        return StepOutput(verdict=verdict, tree_pred=pred[: 1 + t], window_pred=pred[1 + t :])

@@ -1,0 +1,58 @@
+"""Lookahead decoding (Fu, Bailis, Stoica, Zhang, ICML 2024).
+
+Each step is ONE forward over the root, the verification branch (up to G pooled n-grams whose first
+token is the root, merged into a tree) and the lookahead branch (a W x (N-1) window of the Jacobi
+trajectory), mutually invisible under one mask. The window's new n-grams go into the pool (keyed by
+first token, at most G per key); verification accepts the longest matching prefix plus the bonus
+token, which is emitted even when a whole n-gram matched (the official implementation drops it).
+``pool_from_prompt`` seeds the pool with the prompt's n-grams (paper Table 3 rows 6 and 9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from decoders.base import Decoder, Proposal, StepOutput, check_int
+from decoders.pool import NgramPool
+from decoders.tree import DraftTree
+from decoders.window import LookaheadWindow
+
+
+@dataclass
+class _LookaheadState:
+    window: LookaheadWindow
+    pool: NgramPool
+
+
+class LookaheadDecoder(Decoder):
+    name = "lookahead"
+
+    def __init__(self, W: int = 5, N: int = 3, G: int = 5, pool_from_prompt: bool = True) -> None:
+        self.W = check_int("W", W, 1, "lookahead window width")
+        self.N = check_int("N", N, 2, "n-gram size")
+        self.G = check_int("G", G, 0, "verified n-grams per step")
+        if not isinstance(pool_from_prompt, bool):
+            raise ValueError(f"pool_from_prompt must be true or false, got {pool_from_prompt!r}")
+        self.pool_from_prompt = pool_from_prompt
+
+    @property
+    def params(self) -> dict[str, int | bool]:
+        return {"W": self.W, "N": self.N, "G": self.G, "pool_from_prompt": self.pool_from_prompt}
+
+    def max_step_tokens(self) -> int:
+        return 1 + (self.W + self.G) * (self.N - 1)
+
+    def begin(self, prompt_ids: list[int]) -> _LookaheadState:
+        pool = NgramPool(self.N, self.G)
+        if self.pool_from_prompt:
+            pool.add_from(prompt_ids)
+        window = LookaheadWindow.seeded(self.W, self.N, prompt_ids, np.random.default_rng(0))
+        return _LookaheadState(window=window, pool=pool)
+
+    def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
+        return Proposal(DraftTree.from_chains(state.pool.get(seq[-1])), state.window)
+
+    def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
+        state.pool.add_all(state.window.advance(out.window_pred))

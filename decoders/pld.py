@@ -1,0 +1,49 @@
+"""Prompt-lookup decoding (Saxena 2023; transformers' ``prompt_lookup_num_tokens``).
+
+Match the trailing n-gram of prompt + generated text (longest first, ``max_ngram`` down to 1) against
+earlier text and propose the ``num_pred`` tokens that followed its first occurrence, as transformers
+does; verify that chain in one forward. No match: a plain autoregressive step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from decoders.base import Decoder, Proposal, check_int
+from decoders.tree import DraftTree
+
+
+def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
+    """Tokens that followed the first earlier occurrence of seq's longest matching suffix n-gram."""
+    n_seq = len(seq)
+    for n in range(min(max_ngram, n_seq - 1), 0, -1):
+        suffix = seq[n_seq - n :]
+        first = suffix[0]
+        for start in range(n_seq - n):  # occurrences ending before the suffix itself
+            if seq[start] == first and seq[start : start + n] == suffix:
+                cont = seq[start + n : start + n + num_pred]
+                if cont:
+                    return cont
+    return []
+
+
+class PromptLookupDecoder(Decoder):
+    name = "pld"
+
+    def __init__(self, max_ngram: int = 3, num_pred: int = 10) -> None:
+        self.max_ngram = check_int("max_ngram", max_ngram, 1, "longest n-gram to match")
+        self.num_pred = check_int("num_pred", num_pred, 1, "draft tokens per step")
+
+    @property
+    def params(self) -> dict[str, int]:
+        return {"max_ngram": self.max_ngram, "num_pred": self.num_pred}
+
+    def max_step_tokens(self) -> int:
+        return 1 + self.num_pred
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        return None
+
+    def propose(self, state: Any, seq: list[int]) -> Proposal:
+        draft = lookup_continuation(seq, self.max_ngram, self.num_pred)
+        return Proposal(DraftTree.from_chains([draft] if draft else []))

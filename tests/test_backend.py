@@ -1,0 +1,135 @@
+"""The backend: our forward equals transformers' forward, custom masks mean what they say for every
+attention implementation, cache commit/rollback keep the right entries, FLOPs follow the formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.backend import Backend, forward_flops
+from tiny import tiny_model
+
+ATOL = 1e-4
+
+
+def _fresh(attn: str, seed: int = 1) -> Backend:
+    return Backend(tiny_model(seed, attn_implementation=attn), tokenizer=None, name="tiny", attn=attn)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_forward_matches_transformers(attn):
+    be = _fresh(attn)
+    ids = torch.randint(0, 48, (20,), generator=torch.Generator().manual_seed(0))
+    be.reset(64)
+    ours = be.forward(ids, torch.arange(20))
+    ref = be.model(ids[None]).logits[0].float()
+    torch.testing.assert_close(ours, ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_incremental_equals_full(attn):
+    """Prefill + one token at a time over the cache gives the full forward's logits."""
+    be = _fresh(attn)
+    ids = torch.randint(0, 48, (12,), generator=torch.Generator().manual_seed(1))
+    be.reset(64)
+    full = be.forward(ids, torch.arange(12))
+    be.reset(64)
+    be.forward(ids[:5], torch.arange(5))
+    be.commit()
+    steps = []
+    for i in range(5, 12):
+        steps.append(be.forward(ids[i : i + 1], torch.tensor([i]))[0])
+        be.commit()
+    torch.testing.assert_close(torch.stack(steps), full[5:], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_tree_mask_equals_causal_forwards(attn):
+    """Two branches in one forward under a custom mask = each branch as a plain causal forward."""
+    be = _fresh(attn)
+    g = torch.Generator().manual_seed(2)
+    prefix = torch.randint(0, 48, (7,), generator=g)
+    a = torch.randint(0, 48, (3,), generator=g)
+    b = torch.randint(0, 48, (4,), generator=g)
+    root = torch.tensor([5])
+    # layout: [root, a0 a1 a2, b0 b1 b2 b3]; a and b both hang off the root, mutually invisible
+    ids = torch.cat([root, a, b])
+    pos = torch.tensor([7, 8, 9, 10, 8, 9, 10, 11])
+    mask = torch.zeros(8, 8, dtype=torch.bool)
+    mask[:, 0] = True
+    for i in range(1, 4):
+        mask[i, 1 : i + 1] = True
+    for i in range(4, 8):
+        mask[i, 4 : i + 1] = True
+    be.reset(64)
+    be.forward(prefix, torch.arange(7))
+    be.commit()
+    tree_logits = be.forward(ids, pos, mask)
+    for branch, rows in ((a, [0, 1, 2, 3]), (b, [0, 4, 5, 6, 7])):
+        be.reset(64)
+        seq = torch.cat([prefix, root, branch])
+        ref = be.forward(seq, torch.arange(len(seq)))[7:]
+        torch.testing.assert_close(tree_logits[rows], ref, atol=ATOL, rtol=0)
+
+
+def test_rollback_then_continue_equals_fresh_sequence():
+    be = _fresh("sdpa")
+    g = torch.Generator().manual_seed(3)
+    prefix = torch.randint(0, 48, (6,), generator=g)
+    junk = torch.randint(0, 48, (5,), generator=g)
+    be.reset(64)
+    be.forward(prefix, torch.arange(6))
+    be.commit()
+    be.forward(junk, torch.arange(6, 11))
+    be.commit()
+    be.rollback(6)  # forget the junk
+    after = be.forward(torch.tensor([9]), torch.tensor([6]))
+    be.reset(64)
+    ref = be.forward(torch.cat([prefix, torch.tensor([9])]), torch.arange(7))[-1:]
+    torch.testing.assert_close(after, ref, atol=ATOL, rtol=0)
+
+
+def test_commit_non_contiguous_moves_entries():
+    be = _fresh("sdpa")
+    g = torch.Generator().manual_seed(4)
+    prefix = torch.randint(0, 48, (6,), generator=g)
+    new = torch.randint(0, 48, (4,), generator=g)
+    be.reset(64)
+    be.forward(prefix, torch.arange(6))
+    be.commit()
+    # [x0, y, x1, z]: x0 -> x1 is a chain at positions 6, 7; y and z are siblings to be dropped
+    mask = torch.tensor(
+        [[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]], dtype=torch.bool
+    )
+    be.forward(new, torch.tensor([6, 6, 7, 6]), mask)
+    be.commit([0, 2])
+    assert be.length == 8
+    nxt = be.forward(torch.tensor([11]), torch.tensor([8]))
+    be.reset(64)
+    ref = be.forward(torch.cat([prefix, new[[0, 2]], torch.tensor([11])]), torch.arange(9))[-1:]
+    torch.testing.assert_close(nxt, ref, atol=ATOL, rtol=0)
+
+
+def test_logit_rows_and_flops_formula():
+    be = _fresh("sdpa")
+    s = be.shape
+    be.reset(64)
+    be.forward(torch.arange(10), torch.arange(10))
+    be.commit()
+    out = be.forward(torch.arange(4), torch.arange(10, 14), None, torch.tensor([0, 3]))
+    assert out.shape == (2, s.vocab)
+    linear = 2 * s.layer_params * 4
+    attn = 4 * s.n_layers * s.n_heads * s.head_dim * 4 * (10 + 4)
+    head = 2 * s.vocab * s.hidden * 2
+    assert be.counters.flops[-1] == pytest.approx(linear + attn + head)
+    assert forward_flops(s, 4, 10, 2) == pytest.approx(linear + attn + head)
+    # layer params of a LLaMA layer: q, o (h*h), k, v (h*kv_dim), three MLP matrices
+    h, kv = s.hidden, s.n_kv_heads * s.head_dim
+    assert s.layer_params == s.n_layers * (2 * h * h + 2 * h * kv + 3 * h * 128)
+
+
+def test_rollback_bounds():
+    be = _fresh("sdpa")
+    be.reset(16)
+    with pytest.raises(ValueError, match="rollback"):
+        be.rollback(3)
