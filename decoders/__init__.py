@@ -29,4 +29,7 @@ def build_decoder(name: str, **params: Any) -> Decoder:
         raise ValueError(f"bad parameters for decoder {name!r}: {err}") from None
 
 
-__all__ = ["DECODERS", "DecodeResult", "Decoder", "build_decoder"]
+__all__ = [
+    "DECODERS", "AutoregressiveDecoder", "DecodeResult", "Decoder", "JacobiDecoder", "LookaheadDecoder",
+    "PromptLookupDecoder", "build_decoder",
+]

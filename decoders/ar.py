@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from decoders.base import Decoder, Proposal
 from decoders.tree import DraftTree
 
 
+@dataclass
 class AutoregressiveDecoder(Decoder):
-    name = "ar"
+    name: ClassVar[str] = "ar"
 
     def max_step_tokens(self) -> int:
         return 1

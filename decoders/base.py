@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -75,13 +75,14 @@ def check_int(name: str, value: Any, low: int, what: str) -> int:
 
 
 class Decoder(ABC):
-    """Subclasses implement ``begin`` / ``propose`` / ``update`` and a ``max_step_tokens`` bound."""
+    """Subclasses are dataclasses whose fields are their parameters (with the one set of defaults; the
+    Hydra schemas are derived from them) and implement ``begin`` / ``propose`` / ``update``."""
 
     name: ClassVar[str]
 
     @property
     def params(self) -> dict[str, Any]:
-        return {}
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
     @abstractmethod
     def max_step_tokens(self) -> int:

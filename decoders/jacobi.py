@@ -9,6 +9,7 @@ the bonus token is exact; the unaccepted outputs become the next step's guesses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from decoders.base import Decoder, Proposal, StepOutput, check_int
 from decoders.tree import DraftTree
@@ -19,15 +20,13 @@ class _JacobiState:
     guesses: list[int]
 
 
+@dataclass
 class JacobiDecoder(Decoder):
-    name = "jacobi"
+    name: ClassVar[str] = "jacobi"
+    window: int = 8
 
-    def __init__(self, window: int = 8) -> None:
-        self.window = check_int("window", window, 1, "Jacobi guesses per step")
-
-    @property
-    def params(self) -> dict[str, int]:
-        return {"window": self.window}
+    def __post_init__(self) -> None:
+        check_int("window", self.window, 1, "Jacobi guesses per step")
 
     def max_step_tokens(self) -> int:
         return 1 + self.window

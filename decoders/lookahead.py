@@ -11,6 +11,7 @@ token, which is emitted even when a whole n-gram matched (the official implement
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -26,20 +27,20 @@ class _LookaheadState:
     pool: NgramPool
 
 
+@dataclass
 class LookaheadDecoder(Decoder):
-    name = "lookahead"
+    name: ClassVar[str] = "lookahead"
+    W: int = 5
+    N: int = 3
+    G: int = 5
+    pool_from_prompt: bool = True
 
-    def __init__(self, W: int = 5, N: int = 3, G: int = 5, pool_from_prompt: bool = True) -> None:
-        self.W = check_int("W", W, 1, "lookahead window width")
-        self.N = check_int("N", N, 2, "n-gram size")
-        self.G = check_int("G", G, 0, "verified n-grams per step")
-        if not isinstance(pool_from_prompt, bool):
-            raise ValueError(f"pool_from_prompt must be true or false, got {pool_from_prompt!r}")
-        self.pool_from_prompt = pool_from_prompt
-
-    @property
-    def params(self) -> dict[str, int | bool]:
-        return {"W": self.W, "N": self.N, "G": self.G, "pool_from_prompt": self.pool_from_prompt}
+    def __post_init__(self) -> None:
+        check_int("W", self.W, 1, "lookahead window width")
+        check_int("N", self.N, 2, "n-gram size")
+        check_int("G", self.G, 0, "verified n-grams per step")
+        if not isinstance(self.pool_from_prompt, bool):
+            raise ValueError(f"pool_from_prompt must be true or false, got {self.pool_from_prompt!r}")
 
     def max_step_tokens(self) -> int:
         return 1 + (self.W + self.G) * (self.N - 1)

@@ -7,7 +7,8 @@ does; verify that chain in one forward. No match: a plain autoregressive step.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from decoders.base import Decoder, Proposal, check_int
 from decoders.tree import DraftTree
@@ -27,16 +28,15 @@ def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[i
     return []
 
 
+@dataclass
 class PromptLookupDecoder(Decoder):
-    name = "pld"
+    name: ClassVar[str] = "pld"
+    max_ngram: int = 3
+    num_pred: int = 10
 
-    def __init__(self, max_ngram: int = 3, num_pred: int = 10) -> None:
-        self.max_ngram = check_int("max_ngram", max_ngram, 1, "longest n-gram to match")
-        self.num_pred = check_int("num_pred", num_pred, 1, "draft tokens per step")
-
-    @property
-    def params(self) -> dict[str, int]:
-        return {"max_ngram": self.max_ngram, "num_pred": self.num_pred}
+    def __post_init__(self) -> None:
+        check_int("max_ngram", self.max_ngram, 1, "longest n-gram to match")
+        check_int("num_pred", self.num_pred, 1, "draft tokens per step")
 
     def max_step_tokens(self) -> int:
         return 1 + self.num_pred

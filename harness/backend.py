@@ -304,7 +304,7 @@ def embedded_model_file(name: str) -> Path:
     return path
 
 
-def _embedded_checkpoint(name: str) -> Path:
+def embedded_checkpoint(name: str) -> Path:
     """A safetensors copy of the dequantized GGUF in the user cache (GGUF dequantization takes ~17 s)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -342,7 +342,7 @@ def load_backend(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use device=cpu")
     if name_or_path in EMBEDDED_MODELS:
-        source = _embedded_checkpoint(name_or_path)
+        source = embedded_checkpoint(name_or_path)
     else:
         source = name_or_path
     try:

@@ -101,7 +101,9 @@ class RecordWriter:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / RECORDS_FILE
         self._repair_tail()
-        self._keys: set[Key] = {record_key(r) for r, _ in _iter_file(self.path)} if self.path.exists() else set()
+        done = [r for r, _ in _iter_file(self.path)] if self.path.exists() else []
+        self._keys: set[Key] = {record_key(r) for r in done}
+        self._texts: dict[Key, str] = {record_key(r): r.get("text") or "" for r in done}
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def _repair_tail(self) -> None:
@@ -126,6 +128,10 @@ class RecordWriter:
         """Keys (task, example_id, turn) already recorded in this run dir."""
         return set(self._keys)
 
+    def text(self, key: Key) -> str | None:
+        """Output text of a recorded prompt (a resumed multi-turn example needs its earlier answers)."""
+        return self._texts.get(key)
+
     def write(self, record: Mapping[str, Any]) -> bool:
         """Append one record durably; False (and nothing written) if its key is done."""
         missing = [f for f in REQUIRED_FIELDS if f not in record]
@@ -139,6 +145,7 @@ class RecordWriter:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._keys.add(key)
+        self._texts[key] = record.get("text") or ""
         return True
 
     def close(self) -> None:

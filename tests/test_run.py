@@ -1,0 +1,187 @@
+"""The Hydra runner: config composition and rejection, sweeps, records, resume, the joblib launcher.
+
+A tiny random LLaMA with the embedded model's tokenizer is saved to a temp dir and run by path, so
+these tests exercise the real loading path in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from harness.records import load_records
+from harness.run import CONF_DIR, UserError, prepare, run
+from tasks import TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"offline datasets not found at {DATA}")
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> str:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from harness.backend import embedded_checkpoint
+
+    tok = AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, initializer_range=0.3,
+        eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+    )
+    out = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("decoder", ["ar", "jacobi", "pld", "lookahead"])
+def test_every_decoder_task_composes(decoder, task):
+    cfg = _compose([f"decoder={decoder}", f"task={task}"])
+    assert cfg.decoder.name == decoder and cfg.task.name == task
+    job = prepare(_compose([f"decoder={decoder}", f"task={task}", f"data_dir={DATA}", "limit=1"])) if task != "cnn_dm" else None
+    if job is not None:
+        assert job.decoder.name == decoder and len(job.examples) == 1
+
+
+def test_decoder_defaults_come_from_the_decoder_class():
+    from decoders import LookaheadDecoder
+
+    cfg = _compose(["decoder=lookahead"])
+    assert (cfg.decoder.W, cfg.decoder.N, cfg.decoder.G) == (LookaheadDecoder.W, LookaheadDecoder.N, LookaheadDecoder.G)
+
+
+@pytest.mark.parametrize(
+    "overrides, error",
+    [
+        (["decoder=lookahead", "decoder.WW=3"], ConfigCompositionException),  # typo
+        (["decoder=lookahead", "decoder.W=abc"], ConfigCompositionException),  # wrong type
+        (["decoder=beam"], ConfigCompositionException),  # unknown decoder
+        (["task=squad"], ConfigCompositionException),  # unknown task
+        (["limitt=3"], ConfigCompositionException),
+    ],
+)
+def test_composition_rejects_typos(overrides, error):
+    with pytest.raises(error):
+        _compose(overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["decoder=lookahead", "decoder.W=0"], "W"),
+        (["decoder=lookahead", "decoder.N=1"], "N"),
+        (["decoder=lookahead", "decoder.G=-2"], "G"),
+        (["decoder=jacobi", "decoder.window=0"], "window"),
+        (["temperature=-1"], "temperature"),
+        (["max_new_tokens=0"], "max_new_tokens"),
+        (["task=gsm8k", "+task.options.num_shots=3"], "unknown option"),
+        (["task=gsm8k", "data_dir=/nonexistent"], "openai/gsm8k"),
+    ],
+)
+def test_bad_values_rejected_before_model_loads(overrides, message, tmp_path):
+    cfg = _compose(overrides + [f"results_dir={tmp_path}"])
+    with pytest.raises(UserError, match=message):
+        prepare(cfg)
+    assert not any(tmp_path.iterdir())  # nothing left behind
+
+
+def _run_cli(args: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.run", *args], cwd=cwd, capture_output=True, text=True, timeout=600, **kw
+    )
+
+
+def test_cli_bad_input_prints_one_line(tmp_path):
+    out = _run_cli(["decoder=lookahead", "decoder.N=1", f"results_dir={tmp_path}"], cwd=ROOT)
+    assert out.returncode == 2
+    assert "error: N (n-gram size) must be an integer >= 2, got 1" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_multirun_sweep_records_and_report(tiny_ckpt, tmp_path):
+    res = tmp_path / "res"
+    out = _run_cli(
+        ["-m", f"model.name={tiny_ckpt}", "decoder=ar,lookahead,pld", "task=gsm8k,humaneval", "limit=2",
+         "max_new_tokens=12", f"data_dir={DATA}", f"results_dir={res}", f"hydra.sweep.dir={tmp_path / 'mr'}"],
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    df = load_records(res)
+    assert len(df) == 3 * 2 * 2 and (df["status"] == "ok").all()
+    for _, r in df.iterrows():
+        assert sum(r["accepted"]) == r["new_tokens"] and len(r["accepted"]) == r["steps"]
+    # greedy fp32: every decoder's output equals ar's on the same prompt
+    ar = df[df.decoder == "ar"].set_index(["task", "example_id"])["output_hash"]
+    for _, r in df[df.decoder != "ar"].iterrows():
+        assert r["output_hash"] == ar[(r["task"], r["example_id"])]
+    manifest = json.loads(next(res.rglob("manifest.json")).read_text())
+    assert manifest["config"]["model"]["name"] == tiny_ckpt and "torch" in manifest["versions"]
+
+    from harness.report import build_report
+
+    rep = build_report(df)
+    row = rep[(rep["task"] == "gsm8k") & (rep["decoder"] == "lookahead")].iloc[0]
+    sub = df[(df.task == "gsm8k") & (df.decoder == "lookahead")]
+    assert row["S"] == pytest.approx(sub["new_tokens"].sum() / sub["steps"].sum())
+    assert row["exact_match"] == pytest.approx(1.0)
+
+
+def test_resume_after_kill(tiny_ckpt, tmp_path):
+    args = [f"model.name={tiny_ckpt}", "decoder=lookahead", "task=gsm8k", "limit=40", "max_new_tokens=48",
+            f"data_dir={DATA}", f"results_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'hy'}"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    records = None
+    while time.time() < deadline:
+        found = list(tmp_path.rglob("records.jsonl"))
+        if found and found[0].read_text().count("\n") >= 3:
+            records = found[0]
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert records is not None
+    n_before = records.read_text().count("\n")
+    assert n_before < 40, "job finished before it could be killed; make it longer"
+    with open(records, "a") as fh:  # a torn write as a kill mid-line would leave
+        fh.write('{"task": "gsm8k", "example_id": "99", "tu')
+    out = _run_cli(args, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"resumed {n_before}" in out.stdout
+    lines = records.read_text().splitlines()
+    keys = [(json.loads(l)["example_id"], json.loads(l)["turn"]) for l in lines]
+    assert len(keys) == len(set(keys)) == 40
+
+
+def test_joblib_launcher(tiny_ckpt, tmp_path):
+    out = _run_cli(
+        ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"model.name={tiny_ckpt}",
+         "decoder=ar,jacobi", "task=gsm8k", "limit=1", "max_new_tokens=6", f"data_dir={DATA}",
+         f"results_dir={tmp_path / 'res'}", f"hydra.sweep.dir={tmp_path / 'mr'}"],
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Joblib" in out.stdout + out.stderr
+    df = load_records(tmp_path / "res")
+    assert sorted(df["decoder"]) == ["ar", "jacobi"]
