@@ -43,6 +43,7 @@ class DecodeResult:
     prefill_s: float
     decode_s: float
     stop_reason: str  # "eos" or "max_new_tokens"
+    forward_s: float = 0.0  # decode time spent inside model forwards (the rest is decoder overhead)
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -82,7 +83,7 @@ class Decoder(ABC):
 
     @property
     def params(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}  # type: ignore[arg-type]
 
     @abstractmethod
     def max_step_tokens(self) -> int:
@@ -161,6 +162,7 @@ class Decoder(ABC):
             prefill_s=prefill_s,
             decode_s=decode_s,
             stop_reason=stop,
+            forward_s=sum(s for s, pre in zip(c.forward_s, c.is_prefill) if not pre),
             params=dict(self.params),
         )
 

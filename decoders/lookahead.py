@@ -6,19 +6,23 @@ trajectory), mutually invisible under one mask. The window's new n-grams go into
 first token, at most G per key); verification accepts the longest matching prefix plus the bonus
 token, which is emitted even when a whole n-gram matched (the official implementation drops it).
 ``pool_from_prompt`` seeds the pool with the prompt's n-grams (paper Table 3 rows 6 and 9).
+``auto`` picks (W, N, G) for this machine before the first generation (see ``decoders/autotune.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from decoders.base import Decoder, Proposal, StepOutput, check_int
+from decoders.base import DecodeResult, Decoder, Proposal, StepOutput, check_int
 from decoders.pool import NgramPool
 from decoders.tree import DraftTree
 from decoders.window import LookaheadWindow
+
+if TYPE_CHECKING:
+    from harness.backend import Backend
 
 
 @dataclass
@@ -34,6 +38,8 @@ class LookaheadDecoder(Decoder):
     N: int = 3
     G: int = 5
     pool_from_prompt: bool = True
+    auto: bool = False
+    tuned: Any = field(default=None, init=False, repr=False)  # autotune's outcome, once tuned
 
     def __post_init__(self) -> None:
         check_int("W", self.W, 1, "lookahead window width")
@@ -41,6 +47,20 @@ class LookaheadDecoder(Decoder):
         check_int("G", self.G, 0, "verified n-grams per step")
         if not isinstance(self.pool_from_prompt, bool):
             raise ValueError(f"pool_from_prompt must be true or false, got {self.pool_from_prompt!r}")
+        if not isinstance(self.auto, bool):
+            raise ValueError(f"auto must be true or false, got {self.auto!r}")
+
+    def tune(self, backend: Backend, prompts: list[list[int]]) -> None:
+        """Set W, N, G to the auto-tuner's choice for this backend, calibrated on ``prompts``."""
+        from decoders.autotune import autotune
+
+        self.tuned = autotune(backend, prompts, pool_from_prompt=self.pool_from_prompt)
+        self.W, self.N, self.G = (self.tuned.params[k] for k in ("W", "N", "G"))
+
+    def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
+        if self.auto and self.tuned is None:
+            self.tune(backend, [list(prompt_ids)])
+        return super().generate(backend, prompt_ids, max_new_tokens, **kw)
 
     def max_step_tokens(self) -> int:
         return 1 + (self.W + self.G) * (self.N - 1)

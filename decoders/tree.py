@@ -92,12 +92,16 @@ def verify_greedy(tree: DraftTree, pred: list[int]) -> Verdict:
 def verify_sampling(
     tree: DraftTree, logits: torch.Tensor, params: SamplingParams, gen: torch.Generator
 ) -> Verdict:
-    """``logits``: [1 + T, vocab] rows for the root and each node (float32)."""
+    """``logits``: [1 + T, vocab] rows for the root and each node (float32, any device).
+
+    Each visited row is warped on the CPU, where ``gen`` lives: a CPU generator cannot drive
+    ``torch.multinomial`` on a CUDA tensor, and CPU draws keep a seed's output device-independent.
+    """
     nodes: list[int] = []
     tokens: list[int] = []
     at = -1
     while True:
-        p = target_probs(logits[at + 1], params)  # [V] float64
+        p = target_probs(logits[at + 1].cpu(), params)  # [V] float64, CPU
         moved = False
         for tok, child in tree.children[at + 1].items():
             if torch.rand((), generator=gen, dtype=torch.float64) < p[tok]:

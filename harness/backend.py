@@ -60,6 +60,7 @@ class Counters:
     input_tokens: list[int] = field(default_factory=list)
     flops: list[float] = field(default_factory=list)
     is_prefill: list[bool] = field(default_factory=list)
+    forward_s: list[float] = field(default_factory=list)  # wall time inside forward (CPU: exact; GPU: synced)
 
     @property
     def forwards(self) -> int:
@@ -206,6 +207,7 @@ class Backend:
         sees all committed entries. logit_rows: [r] indices of the rows whose logits are wanted
         (None = all k). The new K/V entries stay pending until :meth:`commit`.
         """
+        t0 = time.perf_counter()
         k = int(input_ids.shape[0])
         L = self.length
         if L + k > self.capacity:
@@ -236,6 +238,9 @@ class Backend:
         self.counters.input_tokens.append(k)
         self.counters.flops.append(forward_flops(s, k, L, r))
         self.counters.is_prefill.append(prefill)
+        if self.device.type == "cuda":
+            self.sync()
+        self.counters.forward_s.append(time.perf_counter() - t0)
         return logits
 
     def _additive_mask(self, k: int, L: int, tree_mask: torch.Tensor | None) -> torch.Tensor | None:

@@ -26,7 +26,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import register_configs
-from harness.records import RecordsError, RecordWriter, config_label, write_manifest
+from harness.records import RecordsError, RecordWriter, config_label, read_manifest, write_manifest
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "lookahead-bench")
@@ -126,6 +126,27 @@ def manifest(job: Job, backend) -> dict[str, Any]:
     }
 
 
+def _autotune(job: Job, backend) -> dict[str, Any]:
+    """Tune lookahead's (W, N, G) on the job's first two prompts, or reuse the choice of an interrupted
+    run of the same job (so a resumed run keeps one configuration)."""
+    from tasks import encode_prompt
+
+    try:
+        prior = read_manifest(job.run_dir).get("tuned")
+    except RecordsError:
+        prior = None
+    if prior:
+        job.decoder.W, job.decoder.N, job.decoder.G = (prior["params"][k] for k in ("W", "N", "G"))
+        job.decoder.tuned = prior
+        return prior
+    prompts = [encode_prompt(job.task.prompt(ex, 0, []), backend.tokenizer) for ex in job.examples[:2]]
+    job.decoder.tune(backend, prompts)
+    t = job.decoder.tuned
+    print(f"  auto-tuned (W, N, G) = ({t.params['W']}, {t.params['N']}, {t.params['G']}), predicted "
+          f"speedup {t.predicted:.2f}x", flush=True)
+    return {"params": t.params, "predicted": t.predicted, "calibration": t.calibration}
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Execute one job; returns its summary (also printed)."""
     from tasks import encode_prompt
@@ -137,8 +158,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     sampling = dict(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
     limit_ctx = min(cfg.max_prompt_tokens, backend.shape.max_positions - job.max_new_tokens)
 
+    tuned = _autotune(job, backend) if getattr(job.decoder, "auto", False) else None
     writer = RecordWriter(job.run_dir)
-    write_manifest(job.run_dir, manifest(job, backend))
+    write_manifest(job.run_dir, {**manifest(job, backend), "tuned": tuned})
     done = writer.done_keys()
     counts = {"done": 0, "resumed": 0, "skipped": 0}
     tokens = steps = 0
@@ -178,6 +200,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     **base, "status": "ok", "new_tokens": len(res.tokens), "steps": res.steps,
                     "accepted": res.accepted, "input_tokens": res.input_tokens, "flops": sum(res.flops),
                     "prefill_flops": res.prefill_flops, "prefill_s": res.prefill_s, "decode_s": res.decode_s,
+                    "forward_s": res.forward_s,
                     "stop_reason": res.stop_reason, "text": text, "output_hash": res.output_hash,
                     "scores": job.task.score(ex, history) if last else {},
                 })

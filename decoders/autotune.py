@@ -1,0 +1,93 @@
+"""Choose lookahead's (W, N, G) for this machine: maximise predicted wall-clock speedup.
+
+A lookahead step feeds k = 1 + W(N-1) + (tree nodes <= G(N-1)) tokens and costs t(k); autoregressive
+decoding costs t(1) per token. So a configuration's speedup is about S x t(1) / t(k). We measure the
+latency curve t(k) on the backend, measure S and the mean k of each candidate on a short calibration run
+(greedy, a few prompts), predict ``S * t(1) / t(k_mean)`` and keep the best. The prediction is reported
+beside what the full run then measures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from decoders.lookahead import LookaheadDecoder
+    from harness.backend import Backend
+
+LATENCY_KS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# (W, N, G): small windows first; on a CPU where t(k) grows early, these are the contenders
+CANDIDATES = ((1, 4, 2), (2, 4, 3), (2, 5, 2), (3, 4, 4), (3, 5, 3), (4, 5, 4), (5, 4, 5), (5, 5, 5), (7, 5, 7))
+
+
+def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 5) -> dict[int, float]:
+    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries."""
+    g = torch.Generator().manual_seed(0)
+    vocab = backend.shape.vocab
+    backend.reset(cache_len + max(ks) + 1)
+    prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
+    backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
+    backend.commit()
+    out: dict[int, float] = {}
+    for k in ks:
+        ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
+        pos = torch.arange(cache_len, cache_len + k, device=backend.device)
+        mask = torch.ones(k, k, dtype=torch.bool, device=backend.device).tril()
+        times = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            backend.forward(ids, pos, mask)
+            backend.sync()
+            times.append(time.perf_counter() - t0)
+            backend.commit([])  # forget the new entries
+        out[k] = statistics.median(times[1:])  # the first rep is a warm-up
+    return out
+
+
+def interp_latency(curve: dict[int, float], k: float) -> float:
+    ks = sorted(curve)
+    return float(np.interp(k, ks, [curve[x] for x in ks]))
+
+
+@dataclass
+class Tuned:
+    params: dict[str, Any]
+    predicted: float  # predicted wall-clock speedup over autoregressive decoding
+    calibration: list[dict[str, Any]] = field(default_factory=list)  # every candidate's S, k and prediction
+
+
+def autotune(
+    backend: Backend,
+    prompts: list[list[int]],
+    curve: dict[int, float] | None = None,
+    max_new_tokens: int = 48,
+    candidates=CANDIDATES,
+    pool_from_prompt: bool = True,
+) -> Tuned:
+    """Pick (W, N, G) with the best predicted speedup on ``prompts`` (greedy calibration runs)."""
+    from decoders.lookahead import LookaheadDecoder
+
+    if not prompts:
+        raise ValueError("autotune needs at least one calibration prompt")
+    curve = curve or latency_curve(backend)
+    rows = []
+    for W, N, G in candidates:
+        dec = LookaheadDecoder(W=W, N=N, G=G, pool_from_prompt=pool_from_prompt)
+        tokens = steps = fed = 0
+        for ids in prompts:
+            r = dec.generate(backend, ids, max_new_tokens)
+            tokens += len(r.tokens)
+            steps += r.steps
+            fed += sum(r.input_tokens)
+        S, k_mean = tokens / steps, fed / steps
+        rows.append({"W": W, "N": N, "G": G, "S": S, "k_mean": k_mean,
+                     "predicted": S * curve[1] / interp_latency(curve, k_mean)})
+    best = max(rows, key=lambda r: r["predicted"])
+    params = {"W": best["W"], "N": best["N"], "G": best["G"], "pool_from_prompt": pool_from_prompt}
+    return Tuned(params=params, predicted=best["predicted"], calibration=rows)

@@ -1,0 +1,194 @@
+"""Wall-clock benchmark on the current machine: latency curve, peers, roofline and overhead.
+
+    python -m harness.perf [--dtype float32 bfloat16] [--tasks humaneval mt_bench gsm8k xsum]
+                           [--prompts 5] [--max-new-tokens 256] [--out results/perf]
+
+1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries.
+2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
+   untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
+   ``prompt_lookup_num_tokens``), our `pld`, `jacobi` and `lookahead` (fixed configurations and the
+   auto-tuned one).
+3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
+   included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
+   bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
+   as measured in isolation), the achieved fraction of it, the share of decode time spent outside the
+   model forward (decoder overhead), and whether the output equals our `ar`'s.
+
+Timings are of this machine only; the header says which (CPU figures are labelled CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from decoders.autotune import autotune, interp_latency, latency_curve
+
+
+@dataclass
+class Method:
+    name: str
+    run: Callable[[list[int], int], dict[str, Any]]  # (prompt ids, max_new) -> measurements
+
+
+def ours(backend, decoder) -> Callable[[list[int], int], dict[str, Any]]:
+    def go(ids: list[int], max_new: int) -> dict[str, Any]:
+        r = decoder.generate(backend, ids, max_new)
+        return {
+            "tokens": r.tokens, "total_s": r.prefill_s + r.decode_s, "decode_s": r.decode_s,
+            "steps": r.steps, "input_tokens": r.input_tokens, "forward_s": r.forward_s,
+        }
+    return go
+
+
+def transformers_generate(backend, **kw: Any) -> Callable[[list[int], int], dict[str, Any]]:
+    import torch
+
+    def go(ids: list[int], max_new: int) -> dict[str, Any]:
+        x = torch.tensor([ids], device=backend.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = backend.model.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
+                pad_token_id=backend.tokenizer.eos_token_id, **kw,
+            )
+        backend.sync()
+        return {"tokens": out[0, len(ids):].tolist(), "total_s": time.perf_counter() - t0}
+    return go
+
+
+def task_prompts(task_name: str, n: int, data_dir: str | None, tokenizer, max_prompt: int = 1536) -> list[list[int]]:
+    from tasks import build_task, encode_prompt
+
+    task = build_task(task_name, data_dir=data_dir, limit=None)
+    out: list[list[int]] = []
+    for ex in task.examples():
+        ids = encode_prompt(task.prompt(ex, 0, []), tokenizer)
+        if len(ids) <= max_prompt:
+            out.append(ids)
+        if len(out) == n:
+            break
+    return out
+
+
+def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[str, Any]]:
+    """Per method: aggregate and per-prompt figures against our `ar` on the same prompts."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["method"], []).append(r)
+    ar = {r["prompt"]: r for r in by["ar"]}
+    t1 = curve[1]
+    table = []
+    for name, rs in by.items():
+        toks = sum(len(r["tokens"]) for r in rs)
+        total = sum(r["total_s"] for r in rs)
+        ratios = [ar[r["prompt"]]["total_s"] / r["total_s"] for r in rs]
+        row: dict[str, Any] = {
+            "method": name, "prompts": len(rs), "tokens": toks, "tok_per_s": toks / total,
+            "speedup": sum(ar[r["prompt"]]["total_s"] for r in rs) / total,
+            "speedup_median": statistics.median(ratios),
+            "exact": sum(r["tokens"] == ar[r["prompt"]]["tokens"] for r in rs) / len(rs),
+        }
+        if "steps" in rs[0]:
+            steps = sum(r["steps"] for r in rs)
+            fed = [k for r in rs for k in r["input_tokens"]]
+            ideal = sum(interp_latency(curve, k) for k in fed)
+            row.update({
+                "S": toks / steps, "k_mean": sum(fed) / len(fed), "roofline": toks * t1 / ideal,
+                "overhead": 1 - sum(r["forward_s"] for r in rs) / sum(r["decode_s"] for r in rs),
+            })
+            row["of_roofline"] = row["speedup"] / row["roofline"]
+        table.append(row)
+    return table
+
+
+def format_table(table: list[dict[str, Any]]) -> str:
+    cols = [("method", "{:<44}"), ("prompts", "{:>4}"), ("tok_per_s", "{:>7.1f}"), ("speedup", "{:>7.2f}x"),
+            ("speedup_median", "{:>7.2f}x"), ("S", "{:>6.2f}"), ("k_mean", "{:>6.1f}"), ("roofline", "{:>7.2f}x"),
+            ("of_roofline", "{:>6.0%}"), ("overhead", "{:>6.1%}"), ("exact", "{:>6.0%}")]
+    head = " ".join(f"{c:>{len(f.format(0) if c != 'method' else f.format(''))}}" if c != "method" else f"{c:<44}"
+                    for c, f in cols)
+    lines = [head, "-" * len(head)]
+    for row in table:
+        cells = []
+        for c, f in cols:
+            v = row.get(c)
+            cells.append(f.format(v) if v is not None else " " * len(f.format(0 if c != "method" else "")))
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from decoders import build_decoder
+    from harness import load_backend
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--tasks", nargs="+", default=["humaneval", "mt_bench", "gsm8k", "xsum"])
+    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--cache-len", type=int, default=300)
+    ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
+    ap.add_argument("--out", default="results/perf")
+    args = ap.parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args), "runs": {}}
+    text = []
+    for dtype in args.dtype:
+        backend = load_backend(args.model, dtype=dtype, device=args.device)
+        curve = latency_curve(backend, cache_len=args.cache_len)
+        line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
+        head = f"== {args.device.upper()} {dtype}: {args.model}, cache {args.cache_len}: {line}"
+        print(head, flush=True)
+        text.append(head)
+        for task in args.tasks:
+            prompts = task_prompts(task, args.prompts, args.data_dir, backend.tokenizer)
+            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=min(48, args.max_new_tokens))
+            label = "(" + ",".join(f"{k}={v}" for k, v in tuned.params.items()) + ")"
+            methods = [Method("ar", ours(backend, build_decoder("ar")))]
+            if not args.no_hf:
+                methods += [
+                    Method("transformers greedy", transformers_generate(backend)),
+                    Method("transformers prompt lookup (10)", transformers_generate(backend, prompt_lookup_num_tokens=10)),
+                ]
+            methods += [
+                Method("pld(max_ngram=3,num_pred=10)", ours(backend, build_decoder("pld", num_pred=10))),
+                Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
+                Method("lookahead(W=15,N=5,G=15) paper", ours(backend, build_decoder("lookahead", W=15, N=5, G=15))),
+                Method(f"lookahead auto{label}", ours(backend, build_decoder("lookahead", **tuned.params))),
+            ]
+            for m in methods:  # warm-up, untimed
+                m.run(prompts[0], 16)
+            rows = []
+            for p_i, ids in enumerate(prompts):
+                order = methods[p_i % len(methods):] + methods[: p_i % len(methods)]  # rotate: drift cancels
+                for m in order:
+                    rows.append({"method": m.name, "prompt": p_i, **m.run(ids, args.max_new_tokens)})
+            table = summarize(rows, curve)
+            block = (f"\n-- {task}: {len(prompts)} prompts, max_new_tokens {args.max_new_tokens}, {dtype}, "
+                     f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
+                     f"auto-tuner predicted {tuned.predicted:.2f}x\n" + format_table(table))
+            print(block, flush=True)
+            text.append(block)
+            report["runs"][f"{dtype}/{task}"] = {
+                "curve_s": curve, "table": table, "tuned": {"params": tuned.params,
+                "predicted_speedup": tuned.predicted, "calibration": tuned.calibration},
+            }
+    (out_dir / "perf.json").write_text(json.dumps(report, indent=1, default=str))
+    (out_dir / "perf.md").write_text("```\n" + "\n".join(text) + "\n```\n")
+    print(f"\nwrote {out_dir / 'perf.json'} and {out_dir / 'perf.md'}")
+
+
+if __name__ == "__main__":
+    main()
