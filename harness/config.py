@@ -54,6 +54,8 @@ def decoder_schema(name: str) -> type:
     hints = typing.get_type_hints(cls)
     spec: list[tuple[str, Any, Any]] = [("name", str, field(default=name))]
     for f in fields(cls):
+        if not f.init:  # per-run state, not a parameter
+            continue
         default = f.default if f.default is not DC_MISSING else MISSING
         spec.append((f.name, hints[f.name], field(default=default)))
     return make_dataclass(f"{cls.__name__}Config", spec)
