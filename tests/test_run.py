@@ -185,3 +185,21 @@ def test_joblib_launcher(tiny_ckpt, tmp_path):
     assert "Joblib" in out.stdout + out.stderr
     df = load_records(tmp_path / "res")
     assert sorted(df["decoder"]) == ["ar", "jacobi"]
+
+
+def test_auto_tuned_job_records_choice_and_keeps_it_on_resume(tiny_ckpt, tmp_path):
+    from harness.records import read_manifest
+    from harness.run import cached_backend
+
+    base = [f"model.name={tiny_ckpt}", "decoder=lookahead", "decoder.auto=true", "task=gsm8k",
+            "max_new_tokens=8", f"data_dir={DATA}", f"results_dir={tmp_path}"]
+    run(_compose(base + ["limit=2"]))
+    df = load_records(tmp_path)
+    run_dir = Path(df["run_dir"].iloc[0])
+    tuned = read_manifest(run_dir)["tuned"]
+    assert tuned["predicted"] > 0 and len(tuned["calibration"]) > 1
+    assert df["p_W"].iloc[0] == tuned["params"]["W"] and df["p_N"].iloc[0] == tuned["params"]["N"]
+    cached_backend.cache_clear()
+    run(_compose(base + ["limit=3"]))  # resumes: reuses the recorded choice instead of re-tuning
+    df = load_records(tmp_path)
+    assert len(df) == 3 and df["p_W"].nunique() == 1 and df["p_G"].nunique() == 1

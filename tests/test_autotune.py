@@ -1,0 +1,39 @@
+"""The auto-tuner picks the candidate with the best predicted speedup from measured S and t(k)."""
+
+from __future__ import annotations
+
+import pytest
+
+from decoders import build_decoder
+from decoders.autotune import CANDIDATES, autotune, interp_latency, latency_curve
+
+
+def test_latency_curve_shape(tiny):
+    curve = latency_curve(tiny, ks=(1, 4, 16), cache_len=20, reps=2)
+    assert sorted(curve) == [1, 4, 16] and all(v > 0 for v in curve.values())
+    assert tiny.length == 20  # the probe forwards left no entries behind
+    assert interp_latency({1: 1.0, 3: 3.0}, 2) == pytest.approx(2.0)
+
+
+def test_autotune_maximises_predicted_speedup(tiny):
+    prompts = [[7, 8, 9, 10, 11] * 5, [5, 6, 5, 6, 20, 21]]
+    # a synthetic curve: a step costs 1 + k/8 units, so big windows are penalised
+    curve = {k: 1.0 + k / 8 for k in (1, 2, 4, 8, 16, 32, 64)}
+    tuned = autotune(tiny, prompts, curve, max_new_tokens=24)
+    assert len(tuned.calibration) == len(CANDIDATES)
+    for row in tuned.calibration:
+        assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
+    best = max(tuned.calibration, key=lambda r: r["predicted"])
+    assert (tuned.params["W"], tuned.params["N"], tuned.params["G"]) == (best["W"], best["N"], best["G"])
+    assert tuned.predicted == best["predicted"]
+
+
+def test_auto_decoder_tunes_once_and_stays_exact(tiny):
+    prompt = [7, 8, 9, 10, 11] * 5
+    dec = build_decoder("lookahead", auto=True)
+    res = dec.generate(tiny, prompt, 20)
+    assert dec.tuned is not None and (dec.W, dec.N, dec.G) in {c for c in CANDIDATES}
+    assert res.tokens == build_decoder("ar").generate(tiny, prompt, 20).tokens
+    first = dec.tuned
+    dec.generate(tiny, prompt, 5)
+    assert dec.tuned is first  # not re-tuned per generation
