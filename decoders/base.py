@@ -166,9 +166,20 @@ class Decoder(ABC):
             params=dict(self.params),
         )
 
-    @staticmethod
+    def verify(
+        self, tree: DraftTree, logits: torch.Tensor, pred: list[int], sampling: SamplingParams, gen: torch.Generator
+    ) -> Verdict:
+        """Greedy walk, or speculative sampling over the tree. ``logits``: [1 + len(tree), vocab].
+
+        A method (not inlined) so tests can substitute a deliberately wrong verifier and show that the
+        distribution tests catch it.
+        """
+        if sampling.greedy:
+            return verify_greedy(tree, pred)
+        return verify_sampling(tree, logits, sampling, gen)
+
     def _step(
-        backend: Backend, prop: Proposal, root: int, sampling: SamplingParams, gen: torch.Generator
+        self, backend: Backend, prop: Proposal, root: int, sampling: SamplingParams, gen: torch.Generator
     ) -> StepOutput:
         """One forward over [root | tree | window], verification, and the cache commit."""
         tree, window = prop.tree, prop.window
@@ -200,9 +211,6 @@ class Decoder(ABC):
             torch.tensor(ids, device=dev), torch.tensor(rel, device=dev) + L, mask, rows
         )  # [1 + t (+ W), vocab]
         pred = logits.argmax(-1).tolist()
-        if sampling.greedy:
-            verdict = verify_greedy(tree, pred)
-        else:
-            verdict = verify_sampling(tree, logits[: 1 + t], sampling, gen)
+        verdict = self.verify(tree, logits[: 1 + t], pred, sampling, gen)
         backend.commit([0] + [1 + n for n in verdict.nodes])
         return StepOutput(verdict=verdict, tree_pred=pred[: 1 + t], window_pred=pred[1 + t :])
