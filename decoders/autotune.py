@@ -69,6 +69,7 @@ def autotune(
     max_new_tokens: int = 48,
     candidates=CANDIDATES,
     pool_from_prompt: bool = True,
+    pool_from_output: bool = False,
 ) -> Tuned:
     """Pick (W, N, G) with the best predicted speedup on ``prompts`` (greedy calibration runs)."""
     from decoders.lookahead import LookaheadDecoder
@@ -78,7 +79,7 @@ def autotune(
     curve = curve or latency_curve(backend)
     rows = []
     for W, N, G in candidates:
-        dec = LookaheadDecoder(W=W, N=N, G=G, pool_from_prompt=pool_from_prompt)
+        dec = LookaheadDecoder(W=W, N=N, G=G, pool_from_prompt=pool_from_prompt, pool_from_output=pool_from_output)
         tokens = steps = fed = 0
         for ids in prompts:
             r = dec.generate(backend, ids, max_new_tokens)
@@ -89,5 +90,6 @@ def autotune(
         rows.append({"W": W, "N": N, "G": G, "S": S, "k_mean": k_mean,
                      "predicted": S * curve[1] / interp_latency(curve, k_mean)})
     best = max(rows, key=lambda r: r["predicted"])
-    params = {"W": best["W"], "N": best["N"], "G": best["G"], "pool_from_prompt": pool_from_prompt}
+    params = {"W": best["W"], "N": best["N"], "G": best["G"], "pool_from_prompt": pool_from_prompt,
+              "pool_from_output": pool_from_output}
     return Tuned(params=params, predicted=best["predicted"], calibration=rows)

@@ -6,6 +6,8 @@ trajectory), mutually invisible under one mask. The window's new n-grams go into
 first token, at most G per key); verification accepts the longest matching prefix plus the bonus
 token, which is emitted even when a whole n-gram matched (the official implementation drops it).
 ``pool_from_prompt`` seeds the pool with the prompt's n-grams (paper Table 3 rows 6 and 9).
+``pool_from_output`` (our extension, off by default for the paper's rows) also adds the n-grams of the
+accepted output, so text the model repeats from its own answer is proposed as prompt lookup would.
 ``auto`` picks (W, N, G) for this machine before the first generation (see ``decoders/autotune.py``).
 """
 
@@ -38,6 +40,7 @@ class LookaheadDecoder(Decoder):
     N: int = 3
     G: int = 5
     pool_from_prompt: bool = True
+    pool_from_output: bool = False
     auto: bool = False
     tuned: Any = field(default=None, init=False, repr=False)  # autotune's outcome, once tuned
 
@@ -45,16 +48,17 @@ class LookaheadDecoder(Decoder):
         check_int("W", self.W, 1, "lookahead window width")
         check_int("N", self.N, 2, "n-gram size")
         check_int("G", self.G, 0, "verified n-grams per step")
-        if not isinstance(self.pool_from_prompt, bool):
-            raise ValueError(f"pool_from_prompt must be true or false, got {self.pool_from_prompt!r}")
-        if not isinstance(self.auto, bool):
-            raise ValueError(f"auto must be true or false, got {self.auto!r}")
+        for flag in ("pool_from_prompt", "pool_from_output", "auto"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
     def tune(self, backend: Backend, prompts: list[list[int]]) -> None:
         """Set W, N, G to the auto-tuner's choice for this backend, calibrated on ``prompts``."""
         from decoders.autotune import autotune
 
-        self.tuned = autotune(backend, prompts, pool_from_prompt=self.pool_from_prompt)
+        self.tuned = autotune(
+            backend, prompts, pool_from_prompt=self.pool_from_prompt, pool_from_output=self.pool_from_output
+        )
         self.W, self.N, self.G = (self.tuned.params[k] for k in ("W", "N", "G"))
 
     def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
@@ -77,3 +81,5 @@ class LookaheadDecoder(Decoder):
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
         state.pool.add_all(state.window.advance(out.window_pred))
+        if self.pool_from_output:  # every n-gram that ends in a newly accepted token
+            state.pool.add_from(seq[-(len(out.verdict.tokens) + self.N - 1) :])

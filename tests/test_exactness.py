@@ -42,10 +42,11 @@ decoder_specs = st.one_of(
     st.builds(lambda w: ("jacobi", {"window": w}), st.integers(1, 8)),
     st.builds(lambda m, n: ("pld", {"max_ngram": m, "num_pred": n}), st.integers(1, 4), st.integers(1, 8)),
     st.builds(
-        lambda W, N, G, p: ("lookahead", {"W": W, "N": N, "G": G, "pool_from_prompt": p}),
+        lambda W, N, G, p, o: ("lookahead", {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o}),
         st.integers(1, 8),
         st.integers(2, 6),
         st.integers(0, 8),
+        st.booleans(),
         st.booleans(),
     ),
 )
