@@ -23,3 +23,7 @@ test: install
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
+
+# CI guard: compression ratios S of a pinned suite against results/regression/baseline.json
+regression: install
+	$(PY) -m harness.regression

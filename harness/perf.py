@@ -109,19 +109,14 @@ def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
-    cols = [("method", "{:<44}"), ("prompts", "{:>4}"), ("tok_per_s", "{:>7.1f}"), ("speedup", "{:>7.2f}x"),
-            ("speedup_median", "{:>7.2f}x"), ("S", "{:>6.2f}"), ("k_mean", "{:>6.1f}"), ("roofline", "{:>7.2f}x"),
-            ("of_roofline", "{:>6.0%}"), ("overhead", "{:>6.1%}"), ("exact", "{:>6.0%}")]
-    head = " ".join(f"{c:>{len(f.format(0) if c != 'method' else f.format(''))}}" if c != "method" else f"{c:<44}"
-                    for c, f in cols)
-    lines = [head, "-" * len(head)]
-    for row in table:
-        cells = []
-        for c, f in cols:
-            v = row.get(c)
-            cells.append(f.format(v) if v is not None else " " * len(f.format(0 if c != "method" else "")))
-        lines.append(" ".join(cells))
-    return "\n".join(lines)
+    """Markdown, ratios rounded to 2 decimals (the report's renderer)."""
+    import pandas as pd
+
+    from harness.report import to_markdown
+
+    cols = ["method", "prompts", "tok_per_s", "speedup", "speedup_median", "S", "k_mean", "roofline",
+            "of_roofline", "overhead", "exact"]
+    return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -186,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
                 "predicted_speedup": tuned.predicted, "calibration": tuned.calibration},
             }
     (out_dir / "perf.json").write_text(json.dumps(report, indent=1, default=str))
-    (out_dir / "perf.md").write_text("```\n" + "\n".join(text) + "\n```\n")
+    (out_dir / "perf.md").write_text("\n".join(text) + "\n")
     print(f"\nwrote {out_dir / 'perf.json'} and {out_dir / 'perf.md'}")
 
 
