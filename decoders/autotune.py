@@ -22,8 +22,12 @@ if TYPE_CHECKING:
     from harness.backend import Backend
 
 LATENCY_KS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-# (W, N, G): small windows first; on a CPU where t(k) grows early, these are the contenders
-CANDIDATES = ((1, 4, 2), (2, 4, 3), (2, 5, 2), (3, 4, 4), (3, 5, 3), (4, 5, 4), (5, 4, 5), (5, 5, 5), (7, 5, 7))
+# (W, N, G): from the smallest step (3 tokens) up; on a CPU where t(k) grows early the small ones win,
+# on a GPU where t(k) is flat up to ~100 tokens the large ones do
+CANDIDATES = (
+    (1, 2, 1), (1, 2, 2), (1, 3, 1), (1, 3, 2), (2, 3, 2), (1, 4, 2), (2, 4, 3), (3, 5, 3), (5, 5, 5),
+    (7, 5, 7), (15, 5, 15),
+)
 
 
 def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 5) -> dict[int, float]:

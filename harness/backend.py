@@ -89,6 +89,15 @@ def forward_flops(shape: ModelShape, k: int, cache_len: int, logit_rows: int) ->
     return linear + attn + head
 
 
+def gemm_rows(k: int) -> int:
+    """Rows to run a k-row CPU matmul with (see :meth:`Backend._linear`)."""
+    if k == 1:
+        return 2
+    if 8 < k < 16:
+        return 16
+    return k
+
+
 def _model_shape(model: torch.nn.Module) -> ModelShape:
     cfg = model.config
     layers = model.model.layers
@@ -213,26 +222,28 @@ class Backend:
         if L + k > self.capacity:
             raise ValueError(f"KV cache overflow: {L} + {k} > capacity {self.capacity}; call reset() larger")
         model = self.model.model
-        x = model.embed_tokens(input_ids[None])  # [1, k, hidden]
-        cos, sin = model.rotary_emb(x, positions[None])  # [1, k, head_dim] each
+        x = model.embed_tokens(input_ids)  # [k, hidden]
+        cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
         mask = self._additive_mask(k, L, tree_mask)  # [1, 1, k, L+k] or None
         s = self.shape
+        lin = self._linear
         for i, layer in enumerate(model.layers):
-            att = layer.self_attn
+            att, mlp = layer.self_attn, layer.mlp
             h = layer.input_layernorm(x)
-            q = att.q_proj(h).view(1, k, s.n_heads, s.head_dim).transpose(1, 2)  # [1, H, k, d]
-            kk = att.k_proj(h).view(1, k, s.n_kv_heads, s.head_dim).transpose(1, 2)  # [1, Hkv, k, d]
-            v = att.v_proj(h).view(1, k, s.n_kv_heads, s.head_dim).transpose(1, 2)
+            q = lin(h, att.q_proj).reshape(k, s.n_heads, s.head_dim).transpose(0, 1)[None]  # [1, H, k, d]
+            kk = lin(h, att.k_proj).reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]  # [1, Hkv, k, d]
+            v = lin(h, att.v_proj).reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]
             q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
             self._k_cache[i, :, L : L + k] = kk[0]
             self._v_cache[i, :, L : L + k] = v[0]
             keys = self._k_cache[i, :, : L + k][None]  # [1, Hkv, L+k, d]
             values = self._v_cache[i, :, : L + k][None]
             o = self._attention(q, keys, values, mask, att.scaling)  # [1, H, k, d]
-            x = x + att.o_proj(o.transpose(1, 2).reshape(1, k, s.n_heads * s.head_dim))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        h = x[0] if logit_rows is None else x[0, logit_rows]  # [r, hidden]
-        logits = self.model.lm_head(model.norm(h)).float()  # [r, vocab]
+            x = x + lin(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim), att.o_proj)
+            h = layer.post_attention_layernorm(x)
+            x = x + lin(mlp.act_fn(lin(h, mlp.gate_proj)) * lin(h, mlp.up_proj), mlp.down_proj)
+        h = x if logit_rows is None else x[logit_rows]  # [r, hidden]
+        logits = lin(model.norm(h), self.model.lm_head).float()  # [r, vocab]
         self._pending = k
         r = k if logit_rows is None else int(logit_rows.shape[0])
         self.counters.input_tokens.append(k)
@@ -242,6 +253,26 @@ class Backend:
             self.sync()
         self.counters.forward_s.append(time.perf_counter() - t0)
         return logits
+
+    def _linear(self, x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
+        """``layer(x)`` for x [k, in] -> [k, out], computed as ``W @ x^T`` on at least 2 rows.
+
+        Why: with MKL on CPU, ``F.linear`` on few rows takes a GEMV / small-M GEMM path that re-packs the
+        weights on every call; ``W @ x^T`` streams the weights once (measured here, all 210 SmolLM2
+        layer matmuls: 1 row via F.linear 41 ms, 2 rows via W @ x^T 15 ms). Row counts 9-15 are padded
+        to 16, which MKL runs faster than 10 or 12 rows. ``python -m harness.perf`` prints the curve.
+        Padding rows repeat the last row and are dropped; other rows are unaffected. Only for float32
+        on CPU: bfloat16 was measured faster with ``F.linear``, and GPUs have no such cliff.
+        """
+        k = x.shape[0]
+        if k == 0:
+            return x.new_empty(0, layer.out_features)
+        if self.device.type != "cpu" or self.dtype != torch.float32:
+            return F.linear(x, layer.weight, layer.bias)  # bf16 on CPU measured faster this way
+        rows = gemm_rows(k)
+        xp = x.contiguous() if rows == k else torch.cat([x, x[-1:].expand(rows - k, -1)])
+        y = torch.mm(layer.weight, xp.t()).t()[:k]  # [k, out]; xp.t() must be a view of row-major rows
+        return y if layer.bias is None else y + layer.bias
 
     def _additive_mask(self, k: int, L: int, tree_mask: torch.Tensor | None) -> torch.Tensor | None:
         """Float mask [1, 1, k, L+k]: 0 where attention is allowed, -inf where not."""
@@ -256,19 +287,24 @@ class Backend:
     def _attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
+        """q [1, H, k, d], keys/values [1, Hkv, S, d], mask [1, 1, k, S] additive or None -> [1, H, k, d].
+
+        Without a mask (one new token) sdpa's fused kernel is used. With a mask, torch's CPU sdpa falls
+        back to a "math" path that first copies K and V once per query group (GQA); the explicit path here
+        instead folds the groups into the query rows, so K and V are read in place. ``attn="eager"``
+        always takes the explicit path (tests compare the two).
+        """
         groups = self.shape.n_heads // self.shape.n_kv_heads
-        if self.attn == "sdpa":
-            return F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1
-            )
-        # explicit ("eager") path, kept for testing that the mask means the same to both
-        keys = keys.repeat_interleave(groups, dim=1)  # [1, H, L+k, d]
-        values = values.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(q, keys.transpose(2, 3)) * scale  # [1, H, k, L+k]
+        if mask is None and self.attn == "sdpa":
+            return F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=groups > 1)
+        _, H, k, d = q.shape
+        Hkv, S = keys.shape[1], keys.shape[2]
+        qg = q.reshape(1, Hkv, groups * k, d)  # heads h = kv * groups + g, as in repeat_interleave
+        scores = torch.matmul(qg, keys.transpose(2, 3)) * scale  # [1, Hkv, groups*k, S]
         if mask is not None:
-            scores = scores + mask
+            scores = (scores.view(1, Hkv, groups, k, S) + mask[:, :, None]).view(1, Hkv, groups * k, S)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        return torch.matmul(probs, values)
+        return torch.matmul(probs, values).view(1, H, k, d)
 
     # ---- helpers used by every decoder -------------------------------------------------------------
     def start(self, prompt_ids: list[int], extra: int) -> float:

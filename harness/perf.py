@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tasks", nargs="+", default=["humaneval", "mt_bench", "gsm8k", "xsum"])
-    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--cache-len", type=int, default=300)
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         text.append(head)
         for task in args.tasks:
             prompts = task_prompts(task, args.prompts, args.data_dir, backend.tokenizer)
-            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=min(48, args.max_new_tokens))
+            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=min(48, args.max_new_tokens),
+                             pool_from_output=True)
             label = "(" + ",".join(f"{k}={v}" for k, v in tuned.params.items()) + ")"
             methods = [Method("ar", ours(backend, build_decoder("ar")))]
             if not args.no_hf:
@@ -160,7 +161,6 @@ def main(argv: list[str] | None = None) -> None:
             methods += [
                 Method("pld(max_ngram=3,num_pred=10)", ours(backend, build_decoder("pld", num_pred=10))),
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
-                Method("lookahead(W=15,N=5,G=15) paper", ours(backend, build_decoder("lookahead", W=15, N=5, G=15))),
                 Method(f"lookahead auto{label}", ours(backend, build_decoder("lookahead", **tuned.params))),
             ]
             for m in methods:  # warm-up, untimed
