@@ -227,13 +227,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns a process exit code (2 on unreadable/missing records)."""
     args = make_parser("Speed/quality summary per task and decoder config.", "harness.report").parse_args(argv)
     try:
-        report = build_report(load_records(args.results))
+        df = load_records(args.results)
+        report = build_report(df)
     except RecordsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from harness import plots
+
     text = render_report(report)
     print(text)
-    for path in write_outputs(report, text, args.out or default_out(args.results), "report"):
+    out = Path(args.out or default_out(args.results))
+    written = write_outputs(report, text, out, "report")
+    written.append(plots.save(plots.speedup_figure(report), out / "speedup_S.png"))
+    written.append(plots.save(plots.accepted_hist_figure(df), out / "accepted_hist.png"))
+    for path in written:
         print(f"wrote {path}")
     return 0
 

@@ -21,6 +21,7 @@ and ``python -m harness.tables sampling <results dir> [--out DIR]``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -243,7 +244,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     text = f"## {args.table}\n\n{to_markdown(table)}\n\n{NOTES[args.table]}\n"
     print(text)
-    for path in write_outputs(table, text, args.out or default_out(args.results), args.table):
+    out = Path(args.out or default_out(args.results))
+    written = write_outputs(table, text, out, args.table)
+    if args.table == "ablation":
+        from harness import plots
+
+        written.append(plots.save(plots.ablation_figure(table), out / "ablation.png"))
+    for path in written:
         print(f"wrote {path}")
     return 0
 
