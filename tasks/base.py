@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tasks.data import load_records
+from tasks.execution import DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,18 @@ class Task(ABC):
         if len(outputs) != 1:
             raise ValueError(f"{self.name} {ex.id}: expected 1 output, got {len(outputs)}")
         return outputs[0]
+
+
+class CodeTask(Task):
+    """A task scored by running generated code: a ``timeout_s`` option and ids from ``task_id``."""
+
+    def __init__(self, data_dir: str | None = None, limit: int | None = None, *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, **options: Any) -> None:
+        super().__init__(data_dir, limit, **options)
+        self.timeout_s = timeout_s
+
+    def example_id(self, doc: dict[str, Any], index: int) -> str:
+        return str(doc["task_id"])
 
 
 def render_plain(messages: list[dict[str, str]]) -> str:

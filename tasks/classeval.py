@@ -13,8 +13,8 @@ import json
 import secrets
 from typing import Any, ClassVar
 
-from tasks.base import Example, Prompt, Task
-from tasks.execution import DEFAULT_TIMEOUT_S, extract_code, run_python
+from tasks.base import CodeTask, Example, Prompt
+from tasks.execution import extract_code, run_python
 
 INSTRUCTION = "Please complete the class {class_name} in the following code.\n{skeleton}"
 
@@ -73,7 +73,7 @@ def _parse_results(stdout: str, marker: str) -> dict[str, list[int]] | None:
     return None
 
 
-class ClassEval(Task):
+class ClassEval(CodeTask):
     name: ClassVar[str] = "classeval"
     hf_id: ClassVar[str] = "FudanSELab/ClassEval"
     hf_config: ClassVar[str | None] = None
@@ -81,13 +81,6 @@ class ClassEval(Task):
     local_file: ClassVar[str] = "classeval/test.jsonl"
     default_max_new_tokens: ClassVar[int] = 2048
 
-    def __init__(self, data_dir: str | None = None, limit: int | None = None, *,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **options: Any) -> None:
-        super().__init__(data_dir, limit, **options)
-        self.timeout_s = timeout_s
-
-    def example_id(self, doc: dict[str, Any], index: int) -> str:
-        return str(doc["task_id"])
 
     def prompt(self, ex: Example, turn: int, history: list[str]) -> Prompt:
         self._check_turn(ex, turn, history)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from tasks.base import Example, Prompt, Task
-from tasks.execution import DEFAULT_TIMEOUT_S, fenced_blocks, pick_block, run_python, truncate_at_stops
+from tasks.base import CodeTask, Example, Prompt
+from tasks.execution import fenced_blocks, pick_block, run_python, truncate_at_stops
 
 # Where a completion of a function body ends: the next top-level statement (Codex paper's stop set,
 # plus a closing markdown fence). A leading "\n" followed by no indentation means "top level".
@@ -43,7 +43,7 @@ def build_program(doc: dict[str, Any], output: str) -> str:
     return f"{solution}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
 
 
-class HumanEval(Task):
+class HumanEval(CodeTask):
     name: ClassVar[str] = "humaneval"
     hf_id: ClassVar[str] = "openai/openai_humaneval"
     hf_config: ClassVar[str | None] = "openai_humaneval"
@@ -51,13 +51,6 @@ class HumanEval(Task):
     local_file: ClassVar[str] = "humaneval/HumanEval.jsonl.gz"
     default_max_new_tokens: ClassVar[int] = 512
 
-    def __init__(self, data_dir: str | None = None, limit: int | None = None, *,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **options: Any) -> None:
-        super().__init__(data_dir, limit, **options)
-        self.timeout_s = timeout_s
-
-    def example_id(self, doc: dict[str, Any], index: int) -> str:
-        return str(doc["task_id"])
 
     def prompt(self, ex: Example, turn: int, history: list[str]) -> Prompt:
         self._check_turn(ex, turn, history)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tasks.base import Example, Prompt, Task
-from tasks.execution import DEFAULT_TIMEOUT_S, extract_code, run_python, truncate_at_stops
+from tasks.base import CodeTask, Example, Prompt
+from tasks.execution import extract_code, run_python, truncate_at_stops
 
 TEST_TASK_IDS = range(11, 511)  # HF "full" splits: prompt 1-10, test 11-510, validation 511-600, train 601-974
 
@@ -27,7 +27,7 @@ def build_program(doc: dict[str, Any], output: str) -> str:
     return f"{code}\n\n{doc.get('test_setup_code') or ''}\n{tests}\n"
 
 
-class MBPP(Task):
+class MBPP(CodeTask):
     name: ClassVar[str] = "mbpp"
     hf_id: ClassVar[str] = "google-research-datasets/mbpp"
     hf_config: ClassVar[str | None] = "full"
@@ -35,16 +35,8 @@ class MBPP(Task):
     local_file: ClassVar[str] = "mbpp/mbpp.jsonl"  # all 974 records; keep() selects the test split
     default_max_new_tokens: ClassVar[int] = 512
 
-    def __init__(self, data_dir: str | None = None, limit: int | None = None, *,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **options: Any) -> None:
-        super().__init__(data_dir, limit, **options)
-        self.timeout_s = timeout_s
-
     def keep(self, doc: dict[str, Any]) -> bool:
         return int(doc["task_id"]) in TEST_TASK_IDS
-
-    def example_id(self, doc: dict[str, Any], index: int) -> str:
-        return str(doc["task_id"])
 
     def prompt(self, ex: Example, turn: int, history: list[str]) -> Prompt:
         self._check_turn(ex, turn, history)
