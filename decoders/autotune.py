@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from decoders.lookahead import LookaheadDecoder
     from harness.backend import Backend
 
 LATENCY_KS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)

@@ -6,7 +6,7 @@ import without torch: a notebook can redraw every figure from a results folder o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.backend import Backend

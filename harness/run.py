@@ -13,10 +13,10 @@ Sweeps in one process reuse the loaded model (``cached_backend``).
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -118,7 +118,7 @@ def manifest(job: Job, backend) -> dict[str, Any]:
         "hardware": {
             "platform": platform.platform(),
             "processor": platform.processor(),
-            "cpu_count": __import__("os").cpu_count(),
+            "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "cuda": torch.cuda.get_device_name(0) if backend.device.type == "cuda" else None,
         },
