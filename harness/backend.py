@@ -350,8 +350,11 @@ def embedded_checkpoint(name: str) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = embedded_model_file(name)
-    stat = gguf.stat()
-    tag = hashlib.sha1(f"{gguf.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    with open(gguf, "rb") as fh:  # identify the file by content (head, tail, size), not by install time
+        head = fh.read(1 << 20)
+        fh.seek(-(1 << 20), os.SEEK_END)
+        tail = fh.read()
+    tag = hashlib.sha1(head + tail + str(gguf.stat().st_size).encode()).hexdigest()[:12]
     out = _cache_root() / f"{name}-{tag}"
     if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
         return out
