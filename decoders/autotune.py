@@ -29,28 +29,33 @@ CANDIDATES = (
 )
 
 
-def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 5) -> dict[int, float]:
-    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries."""
+def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 7) -> dict[int, float]:
+    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries.
+
+    The sizes are measured round-robin (every k once per repetition, after one untimed round), so a
+    slow spell of the machine raises all of them alike instead of bending the curve.
+    """
     g = torch.Generator().manual_seed(0)
     vocab = backend.shape.vocab
     backend.reset(cache_len + max(ks) + 1)
     prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
     backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
     backend.commit()
-    out: dict[int, float] = {}
+    inputs = {}
     for k in ks:
         ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
         pos = torch.arange(cache_len, cache_len + k, device=backend.device)
-        mask = torch.ones(k, k, dtype=torch.bool, device=backend.device).tril()
-        times = []
-        for _ in range(reps + 1):
+        inputs[k] = (ids, pos, torch.ones(k, k, dtype=torch.bool, device=backend.device).tril())
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for rep in range(reps + 1):
+        for k in ks:
             t0 = time.perf_counter()
-            backend.forward(ids, pos, mask)
+            backend.forward(*inputs[k])
             backend.sync()
-            times.append(time.perf_counter() - t0)
+            if rep:  # round 0 is the warm-up
+                times[k].append(time.perf_counter() - t0)
             backend.commit([])  # forget the new entries
-        out[k] = statistics.median(times[1:])  # the first rep is a warm-up
-    return out
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def interp_latency(curve: dict[int, float], k: float) -> float:

@@ -89,13 +89,99 @@ def forward_flops(shape: ModelShape, k: int, cache_len: int, logit_rows: int) ->
     return linear + attn + head
 
 
-def gemm_rows(k: int) -> int:
-    """Rows to run a k-row CPU matmul with (see :meth:`Backend._linear`)."""
-    if k == 1:
-        return 2
-    if 8 < k < 16:
-        return 16
-    return k
+MIN_GEMM_ROWS = 6  # fewest rows a packed CPU matmul runs with (see Projection)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One matmul of the forward, ``x [k, in] -> [k, out]``: the concatenated outputs of ``linears``.
+
+    On CPU (float32/bfloat16 with oneDNN) the weights of the linears that read the same input (q/k/v;
+    gate/up) are concatenated once, and the concatenation is also prepacked into oneDNN's blocked
+    layout. Why, measured here on all 210 SmolLM2 layer matmuls in float32:
+
+    - plain ``F.linear`` lays the weights out for MKL's small-M kernels on every call: 40 ms at 1 row,
+      66 ms at 16 rows;
+    - MKL ``W @ x^T`` on exactly 2 rows streams the weights once: 12.8 ms fused (14.7 ms unfused), but
+      from 3 rows on it takes a slower path (21 ms at 3-4 rows, ~50 ms at 6-8);
+    - oneDNN with prepacked weights: 19-20 ms at 3-6 rows, 37 ms at 16 (LM head included), and rows
+      below ``MIN_GEMM_ROWS`` cost more than 6 rows, so they are padded to 6.
+
+    So 1-2 rows run as ``W @ x^T`` on 2 rows, 3 or more on the packed weights. Padding rows repeat the
+    last row and are dropped. Within each path a row's result does not depend on the other rows of the
+    call (checked bitwise by ``tests/test_smollm2.py``); across the two paths it differs in the last bits,
+    so `ar` and a multi-token decoder step agree up to float rounding, as with any batched kernel. Memory: one fused plain copy of q/k/v and gate/up and one packed copy of
+    everything, besides the model's own weights. Elsewhere (CUDA, other dtypes, builds without oneDNN)
+    it is the plain ``F.linear`` of each linear. ``python -m harness.perf`` prints the resulting curve.
+    """
+
+    linears: tuple[torch.nn.Linear, ...]
+    weight: torch.Tensor | None = None  # [out, in], the linears' weights concatenated (CPU path only)
+    packed: torch.Tensor | None = None  # the same, oneDNN-packed
+    bias: torch.Tensor | None = None  # [out], with the CPU path only
+
+    @classmethod
+    def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool) -> Projection:
+        if not pack:
+            return cls(linears)
+        with torch.inference_mode():
+            weights = [m.weight.detach() for m in linears]
+            weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # [out, in]
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            bias = None
+            if any(m.bias is not None for m in linears):
+                bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
+                                  for m in linears])
+        return cls(linears, weight, packed, bias)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        k = x.shape[0]
+        if self.packed is None:
+            ys = [F.linear(x, m.weight, m.bias) for m in self.linears]
+            return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
+        if k == 0:
+            return x.new_empty(0, self.packed.shape[0])
+        if k <= 2:
+            xp = x.contiguous() if k == 2 else torch.cat([x, x])  # [2, in]
+            y = torch.mm(self.weight, xp.t()).t()[:k]  # [k, out]; xp.t() must view row-major rows
+            return y if self.bias is None else y + self.bias
+        rows = max(k, MIN_GEMM_ROWS)
+        xp = x.contiguous() if rows == k else torch.cat([x, x[-1:].expand(rows - k, -1)])
+        y = torch.ops.mkldnn._linear_pointwise(xp, self.packed, self.bias, "none", [], "")  # [rows, out]
+        return y if rows == k else y[:k]
+
+
+def can_pack(model: torch.nn.Module) -> bool:
+    """Whether the oneDNN-packed CPU matmuls apply (see :class:`Projection`)."""
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:  # a build without the op stays on F.linear
+        w = torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=param.dtype), None)
+        torch.ops.mkldnn._linear_pointwise(torch.zeros(2, 8, dtype=param.dtype), w, None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class LayerProjections:
+    qkv: Projection  # -> [k, (H + 2 Hkv) d]
+    o: Projection
+    gate_up: Projection  # -> [k, 2 * intermediate]
+    down: Projection
+
+
+def layer_projections(layer: torch.nn.Module, pack: bool) -> LayerProjections:
+    att, mlp = layer.self_attn, layer.mlp
+    return LayerProjections(
+        qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack),
+        o=Projection.of((att.o_proj,), pack),
+        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack),
+        down=Projection.of((mlp.down_proj,), pack),
+    )
 
 
 def _model_shape(model: torch.nn.Module) -> ModelShape:
@@ -142,8 +228,10 @@ class Backend:
         param = next(model.parameters())
         self.dtype: torch.dtype = param.dtype
         self.device: torch.device = param.device
-        # W @ x^T matmuls pay off for float32 on CPU only (see _linear); decided once, not per call
-        self._wxt = self.device.type == "cpu" and self.dtype == torch.float32
+        # the forward's matmuls, prepacked on CPU (see Projection); decided once, not per call
+        pack = can_pack(model)
+        self._proj = [layer_projections(layer, pack) for layer in model.model.layers]
+        self._lm_head = Projection.of((model.lm_head,), pack)
         eos = model.config.eos_token_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         ids: set[int] = set()
@@ -228,24 +316,26 @@ class Backend:
         cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
         mask = self._additive_mask(k, L, tree_mask)  # [1, 1, k, L+k] or None
         s = self.shape
-        lin = self._linear
+        qkv_split = [s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_kv_heads * s.head_dim]
         for i, layer in enumerate(model.layers):
-            att, mlp = layer.self_attn, layer.mlp
+            proj = self._proj[i]
             h = layer.input_layernorm(x)
-            q = lin(h, att.q_proj).reshape(k, s.n_heads, s.head_dim).transpose(0, 1)[None]  # [1, H, k, d]
-            kk = lin(h, att.k_proj).reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]  # [1, Hkv, k, d]
-            v = lin(h, att.v_proj).reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]
+            q, kk, v = proj.qkv(h).split(qkv_split, dim=-1)  # [k, H d], [k, Hkv d], [k, Hkv d]
+            q = q.reshape(k, s.n_heads, s.head_dim).transpose(0, 1)[None]  # [1, H, k, d]
+            kk = kk.reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]  # [1, Hkv, k, d]
+            v = v.reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]
             q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
             self._k_cache[i, :, L : L + k] = kk[0]
             self._v_cache[i, :, L : L + k] = v[0]
             keys = self._k_cache[i, :, : L + k][None]  # [1, Hkv, L+k, d]
             values = self._v_cache[i, :, : L + k][None]
-            o = self._attention(q, keys, values, mask, att.scaling)  # [1, H, k, d]
-            x = x + lin(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim), att.o_proj)
+            o = self._attention(q, keys, values, mask, layer.self_attn.scaling)  # [1, H, k, d]
+            x = x + proj.o(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim))
             h = layer.post_attention_layernorm(x)
-            x = x + lin(mlp.act_fn(lin(h, mlp.gate_proj)) * lin(h, mlp.up_proj), mlp.down_proj)
+            gate, up = proj.gate_up(h).chunk(2, dim=-1)  # [k, intermediate] each
+            x = x + proj.down(layer.mlp.act_fn(gate) * up)
         h = x if logit_rows is None else x[logit_rows]  # [r, hidden]
-        logits = lin(model.norm(h), self.model.lm_head).float()  # [r, vocab]
+        logits = self._lm_head(model.norm(h)).float()  # [r, vocab]
         self._pending = k
         r = k if logit_rows is None else int(logit_rows.shape[0])
         self.counters.input_tokens.append(k)
@@ -255,26 +345,6 @@ class Backend:
             self.sync()
         self.counters.forward_s.append(time.perf_counter() - t0)
         return logits
-
-    def _linear(self, x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-        """``layer(x)`` for x [k, in] -> [k, out], computed as ``W @ x^T`` on at least 2 rows.
-
-        Why: with MKL on CPU, ``F.linear`` on few rows takes a GEMV / small-M GEMM path that re-packs the
-        weights on every call; ``W @ x^T`` streams the weights once (measured here, all 210 SmolLM2
-        layer matmuls: 1 row via F.linear 41 ms, 2 rows via W @ x^T 15 ms). Row counts 9-15 are padded
-        to 16, which MKL runs faster than 10 or 12 rows. ``python -m harness.perf`` prints the curve.
-        Padding rows repeat the last row and are dropped; other rows are unaffected. Only for float32
-        on CPU: bfloat16 was measured faster with ``F.linear``, and GPUs have no such cliff.
-        """
-        k = x.shape[0]
-        if k == 0:
-            return x.new_empty(0, layer.out_features)
-        if not self._wxt:
-            return F.linear(x, layer.weight, layer.bias)  # bf16 on CPU measured faster this way
-        rows = gemm_rows(k)
-        xp = x.contiguous() if rows == k else torch.cat([x, x[-1:].expand(rows - k, -1)])
-        y = torch.mm(layer.weight, xp.t()).t()[:k]  # [k, out]; xp.t() must be a view of row-major rows
-        return y if layer.bias is None else y + layer.bias
 
     def _additive_mask(self, k: int, L: int, tree_mask: torch.Tensor | None) -> torch.Tensor | None:
         """Float mask [1, 1, k, L+k]: 0 where attention is allowed, -inf where not."""
@@ -291,14 +361,14 @@ class Backend:
     ) -> torch.Tensor:
         """q [1, H, k, d], keys/values [1, Hkv, S, d], mask [1, 1, k, S] additive or None -> [1, H, k, d].
 
-        Without a mask (one new token) sdpa's fused kernel is used. With a mask, torch's CPU sdpa falls
-        back to a "math" path that first copies K and V once per query group (GQA); the explicit path here
-        instead folds the groups into the query rows, so K and V are read in place. ``attn="eager"``
-        always takes the explicit path (tests compare the two).
+        ``attn="sdpa"`` uses torch's fused kernel, with the additive mask and grouped-query heads read in
+        place (torch 2.13 on this CPU: 30 layers at 6 new tokens on a 300-entry cache, 1.9 ms against 2.4
+        ms for the explicit path). ``attn="eager"`` takes the explicit path, which folds the query groups
+        into the query rows so K and V are read in place too; tests compare the two.
         """
         groups = self.shape.n_heads // self.shape.n_kv_heads
-        if mask is None and self.attn == "sdpa":
-            return F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=groups > 1)
+        if self.attn == "sdpa":
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
         _, H, k, d = q.shape
         Hkv, S = keys.shape[1], keys.shape[2]
         qg = q.reshape(1, Hkv, groups * k, d)  # heads h = kv * groups + g, as in repeat_interleave
