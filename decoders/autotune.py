@@ -20,12 +20,15 @@ import torch
 if TYPE_CHECKING:
     from harness.backend import Backend
 
+# tokens per calibration prompt: S rises over a generation as the pool fills with the answer's own
+# n-grams, so 48 tokens under-predicted S (HumanEval, 2 prompts: S 1.48 at 48 tokens, 2.3 over 256)
+CALIBRATION_TOKENS = 96
 LATENCY_KS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # (W, N, G): from the smallest step (3 tokens) up; on a CPU where t(k) grows early the small ones win,
 # on a GPU where t(k) is flat up to ~100 tokens the large ones do
 CANDIDATES = (
-    (1, 2, 1), (1, 2, 2), (1, 3, 1), (1, 3, 2), (2, 3, 2), (1, 4, 2), (2, 4, 3), (3, 5, 3), (5, 5, 5),
-    (7, 5, 7), (15, 5, 15),
+    (1, 2, 1), (1, 3, 1), (1, 3, 2), (2, 3, 2), (1, 4, 1), (1, 4, 2), (2, 4, 2), (1, 5, 1), (1, 5, 2),
+    (2, 5, 2), (1, 6, 1), (1, 6, 2), (3, 5, 3), (5, 5, 5), (7, 5, 7), (15, 5, 15),
 )
 
 
@@ -74,10 +77,11 @@ def autotune(
     backend: Backend,
     prompts: list[list[int]],
     curve: dict[int, float] | None = None,
-    max_new_tokens: int = 48,
+    max_new_tokens: int = CALIBRATION_TOKENS,
     candidates=CANDIDATES,
     pool_from_prompt: bool = True,
     pool_from_output: bool = False,
+    pool_context: bool = False,
 ) -> Tuned:
     """Pick (W, N, G) with the best predicted speedup on ``prompts`` (greedy calibration runs)."""
     from decoders.lookahead import LookaheadDecoder
@@ -87,7 +91,8 @@ def autotune(
     curve = curve or latency_curve(backend)
     rows = []
     for W, N, G in candidates:
-        dec = LookaheadDecoder(W=W, N=N, G=G, pool_from_prompt=pool_from_prompt, pool_from_output=pool_from_output)
+        dec = LookaheadDecoder(W=W, N=N, G=G, pool_from_prompt=pool_from_prompt, pool_from_output=pool_from_output,
+                               pool_context=pool_context)
         tokens = steps = fed = 0
         for ids in prompts:
             r = dec.generate(backend, ids, max_new_tokens)
@@ -99,5 +104,5 @@ def autotune(
                      "predicted": S * curve[1] / interp_latency(curve, k_mean)})
     best = max(rows, key=lambda r: r["predicted"])
     params = {"W": best["W"], "N": best["N"], "G": best["G"], "pool_from_prompt": pool_from_prompt,
-              "pool_from_output": pool_from_output}
+              "pool_from_output": pool_from_output, "pool_context": pool_context}
     return Tuned(params=params, predicted=best["predicted"], calibration=rows)

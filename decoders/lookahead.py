@@ -8,6 +8,8 @@ token, which is emitted even when a whole n-gram matched (the official implement
 ``pool_from_prompt`` seeds the pool with the prompt's n-grams (paper Table 3 rows 6 and 9).
 ``pool_from_output`` (our extension, off by default for the paper's rows) also adds the n-grams of the
 accepted output, so text the model repeats from its own answer is proposed as prompt lookup would.
+``pool_context`` (our extension, off by default) ranks first the pooled prompt/output n-grams whose
+preceding token also matches the text (see ``decoders/pool.py``).
 ``auto`` picks (W, N, G) for this machine before the first generation (see ``decoders/autotune.py``).
 """
 
@@ -41,6 +43,7 @@ class LookaheadDecoder(Decoder):
     G: int = 5
     pool_from_prompt: bool = True
     pool_from_output: bool = False
+    pool_context: bool = False
     auto: bool = False
     tuned: Any = field(default=None, init=False, repr=False)  # autotune's outcome, once tuned
 
@@ -48,7 +51,7 @@ class LookaheadDecoder(Decoder):
         check_int("W", self.W, 1, "lookahead window width")
         check_int("N", self.N, 2, "n-gram size")
         check_int("G", self.G, 0, "verified n-grams per step")
-        for flag in ("pool_from_prompt", "pool_from_output", "auto"):
+        for flag in ("pool_from_prompt", "pool_from_output", "pool_context", "auto"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
@@ -57,7 +60,8 @@ class LookaheadDecoder(Decoder):
         from decoders.autotune import autotune
 
         self.tuned = autotune(
-            backend, prompts, pool_from_prompt=self.pool_from_prompt, pool_from_output=self.pool_from_output
+            backend, prompts, pool_from_prompt=self.pool_from_prompt, pool_from_output=self.pool_from_output,
+            pool_context=self.pool_context,
         )
         self.W, self.N, self.G = (self.tuned.params[k] for k in ("W", "N", "G"))
 
@@ -70,16 +74,17 @@ class LookaheadDecoder(Decoder):
         return 1 + (self.W + self.G) * (self.N - 1)
 
     def begin(self, prompt_ids: list[int]) -> _LookaheadState:
-        pool = NgramPool(self.N, self.G)
+        pool = NgramPool(self.N, self.G, context=self.pool_context)
         if self.pool_from_prompt:
             pool.add_from(prompt_ids)
         window = LookaheadWindow.seeded(self.W, self.N, prompt_ids, np.random.default_rng(0))
         return _LookaheadState(window=window, pool=pool)
 
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
-        return Proposal(DraftTree.from_chains(state.pool.get(seq[-1])), state.window)
+        prev = seq[-2] if len(seq) > 1 else None
+        return Proposal(DraftTree.from_chains(state.pool.get(seq[-1], prev)), state.window)
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
         state.pool.add_all(state.window.advance(out.window_pred))
         if self.pool_from_output:  # every n-gram that ends in a newly accepted token
-            state.pool.add_from(seq[-(len(out.verdict.tokens) + self.N - 1) :])
+            state.pool.add_from(seq, start=len(seq) - len(out.verdict.tokens) - self.N + 1)

@@ -2,45 +2,66 @@
 
 A re-inserted n-gram moves to the front; when a key is full the least recently inserted continuation
 is evicted. Insert and lookup are O(1) per n-gram (dict-backed, insertion ordered).
+
+With ``context=True`` n-grams taken from text (where the token before them is known) are also indexed
+by that token, and a lookup returns the continuations whose preceding token matches the text first.
+Why: keyed by one token, a frequent key (a space, a newline, ``(``) holds whichever n-grams came last;
+one token of context picks the one that continues *this* phrase, as prompt lookup's longer suffix match
+does, at no extra tokens per step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 
 class NgramPool:
-    def __init__(self, n: int, cap: int) -> None:
+    def __init__(self, n: int, cap: int, context: bool = False) -> None:
         if n < 2:
             raise ValueError(f"n-gram size must be >= 2, got {n}")
         self.n = n
         self.cap = cap
+        self.context = context
         self._by_key: dict[int, dict[tuple[int, ...], None]] = {}
+        self._by_pair: dict[tuple[int, int], dict[tuple[int, ...], None]] = {}  # (previous, first) -> conts
 
-    def add(self, ngram: Sequence[int]) -> None:
-        if self.cap <= 0:
-            return
-        key, cont = ngram[0], tuple(ngram[1:])
-        conts = self._by_key.setdefault(key, {})
+    def _insert(self, index: dict[Hashable, dict[tuple[int, ...], None]], key: Hashable, cont: tuple[int, ...]) -> None:
+        conts = index.setdefault(key, {})
         if cont in conts:
             del conts[cont]  # refresh: re-insert as newest
         elif len(conts) >= self.cap:
             del conts[next(iter(conts))]  # evict the oldest
         conts[cont] = None
 
-    def add_from(self, tokens: Sequence[int]) -> None:
-        """Insert every n-gram of ``tokens`` in order (later ones end up newest)."""
-        for i in range(len(tokens) - self.n + 1):
-            self.add(tokens[i : i + self.n])
+    def add(self, ngram: Sequence[int], prev: int | None = None) -> None:
+        """Insert one n-gram; ``prev`` is the token before it in the text, if known."""
+        if self.cap <= 0:
+            return
+        key, cont = ngram[0], tuple(ngram[1:])
+        self._insert(self._by_key, key, cont)
+        if self.context and prev is not None:
+            self._insert(self._by_pair, (prev, key), cont)
+
+    def add_from(self, tokens: Sequence[int], start: int = 0) -> None:
+        """Insert the n-grams of ``tokens`` that start at index ``start`` or later, in order."""
+        for i in range(max(start, 0), len(tokens) - self.n + 1):
+            self.add(tokens[i : i + self.n], tokens[i - 1] if i > 0 else None)
 
     def add_all(self, ngrams: Iterable[Sequence[int]]) -> None:
         for g in ngrams:
             self.add(g)
 
-    def get(self, key: int) -> list[tuple[int, ...]]:
-        """Continuations (n-1 tokens each) for ``key``, newest first."""
+    def get(self, key: int, prev: int | None = None) -> list[tuple[int, ...]]:
+        """Up to ``cap`` continuations (n-1 tokens each) for ``key``, newest first; with ``context``,
+        those that followed ``prev`` in the text come first."""
         conts = self._by_key.get(key)
-        return list(reversed(conts)) if conts else []
+        if not conts:
+            return []
+        newest = list(reversed(conts))
+        if not self.context or prev is None or (prev, key) not in self._by_pair:
+            return newest
+        first = list(reversed(self._by_pair[(prev, key)]))
+        return (first + [c for c in newest if c not in self._by_pair[(prev, key)]])[: self.cap]
 
     def __len__(self) -> int:
         return sum(len(c) for c in self._by_key.values())

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from decoders.autotune import autotune, interp_latency, latency_curve
+from decoders.autotune import CALIBRATION_TOKENS, autotune, interp_latency, latency_curve
 
 
 @dataclass
@@ -149,8 +149,9 @@ def main(argv: list[str] | None = None) -> None:
         text.append(head)
         for task in args.tasks:
             prompts = task_prompts(task, args.prompts, args.data_dir, backend.tokenizer)
-            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=min(48, args.max_new_tokens),
-                             pool_from_output=True)
+            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=min(CALIBRATION_TOKENS, args.max_new_tokens),
+                             pool_from_output=True, pool_context=True)
+            WNG = {k: tuned.params[k] for k in ("W", "N", "G")}
             label = "(" + ",".join(f"{k}={v}" for k, v in tuned.params.items()) + ")"
             methods = [Method("ar", ours(backend, build_decoder("ar")))]
             if not args.no_hf:
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> None:
                 Method("pld(max_ngram=3,num_pred=10)", ours(backend, build_decoder("pld", num_pred=10))),
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(f"lookahead auto{label}", ours(backend, build_decoder("lookahead", **tuned.params))),
+                # the same (W, N, G) fed by its lookahead branch alone: what the Jacobi n-grams contribute
+                Method(f"lookahead window pool only({WNG['W']},{WNG['N']},{WNG['G']})",
+                       ours(backend, build_decoder("lookahead", **WNG, pool_from_prompt=False))),
             ]
             for m in methods:  # warm-up, untimed
                 m.run(prompts[0], 16)

@@ -42,10 +42,14 @@ decoder_specs = st.one_of(
     st.builds(lambda w: ("jacobi", {"window": w}), st.integers(1, 8)),
     st.builds(lambda m, n: ("pld", {"max_ngram": m, "num_pred": n}), st.integers(1, 4), st.integers(1, 8)),
     st.builds(
-        lambda W, N, G, p, o: ("lookahead", {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o}),
+        lambda W, N, G, p, o, c: (
+            "lookahead",
+            {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o, "pool_context": c},
+        ),
         st.integers(1, 8),
         st.integers(2, 6),
         st.integers(0, 8),
+        st.booleans(),
         st.booleans(),
         st.booleans(),
     ),
