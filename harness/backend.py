@@ -107,16 +107,20 @@ class Projection:
     - oneDNN with prepacked weights: 19-20 ms at 3-6 rows, 37 ms at 16 (LM head included), and rows
       below ``MIN_GEMM_ROWS`` cost more than 6 rows, so they are padded to 6.
 
-    So 1-2 rows run as ``W @ x^T`` on 2 rows, 3 or more on the packed weights. Padding rows repeat the
-    last row and are dropped. Within each path a row's result does not depend on the other rows of the
-    call (checked bitwise by ``tests/test_smollm2.py``); across the two paths it differs in the last bits,
-    so `ar` and a multi-token decoder step agree up to float rounding, as with any batched kernel. Memory: one fused plain copy of q/k/v and gate/up and one packed copy of
-    everything, besides the model's own weights. Elsewhere (CUDA, other dtypes, builds without oneDNN)
+    So in float32 1-2 rows run as ``W @ x^T`` on 2 rows and 3 or more on the packed weights. In
+    bfloat16 oneDNN is fastest at every row count (1 row 13.6 ms, 6 rows 11.1; ``F.linear`` 16.8 and
+    23.1; MKL ``W @ x^T`` 23), so every call takes the packed weights. Padding rows repeat the last row
+    and are dropped. Within each path a row's result does not depend on the other rows of the call
+    (checked bitwise by ``tests/test_smollm2.py``); across the two paths the last bits differ, so `ar`
+    and a multi-token step agree up to float rounding, as with any batched kernel.
+
+    Memory: one packed copy of every weight (and in float32 one plain copy of the fused q/k/v and
+    gate/up), besides the model's own weights. Elsewhere (CUDA, other dtypes, builds without oneDNN)
     it is the plain ``F.linear`` of each linear. ``python -m harness.perf`` prints the resulting curve.
     """
 
     linears: tuple[torch.nn.Linear, ...]
-    weight: torch.Tensor | None = None  # [out, in], the linears' weights concatenated (CPU path only)
+    weight: torch.Tensor | None = None  # [out, in], the linears' weights concatenated (CPU float32 only)
     packed: torch.Tensor | None = None  # the same, oneDNN-packed
     bias: torch.Tensor | None = None  # [out], with the CPU path only
 
@@ -128,6 +132,8 @@ class Projection:
             weights = [m.weight.detach() for m in linears]
             weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # [out, in]
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            if weight.dtype != torch.float32:
+                weight = None  # only float32 runs 1-2 rows as W @ x^T
             bias = None
             if any(m.bias is not None for m in linears):
                 bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
@@ -141,7 +147,7 @@ class Projection:
             return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
         if k == 0:
             return x.new_empty(0, self.packed.shape[0])
-        if k <= 2:
+        if k <= 2 and self.weight is not None:
             xp = x.contiguous() if k == 2 else torch.cat([x, x])  # [2, in]
             y = torch.mm(self.weight, xp.t()).t()[:k]  # [k, out]; xp.t() must view row-major rows
             return y if self.bias is None else y + self.bias
