@@ -3,7 +3,8 @@
 Compression S = new tokens / decoding steps is deterministic for greedy float32 decoding on a fixed
 model, prompts and numeric stack, unlike wall time, so CI can hold it to a tight tolerance. The suite
 is the embedded SmolLM2 in float32 on pinned prompts (by example id) from HumanEval, GSM8K and MT-Bench
-(turn 1), decoded by ``ar`` (the reference), ``jacobi`` and ``pld`` and two ``lookahead`` settings.
+(turn 1), decoded by ``ar`` (the reference), ``jacobi`` and ``pld`` and three ``lookahead`` settings (two
+of the paper's, and the small CPU setting with the output pool and context ranking).
 
 Fails (exit 1) when, for any config x task, the aggregate S (sum of tokens / sum of steps over the
 task's prompts) drops by more than the tolerance relative to the baseline, when any greedy output
@@ -97,6 +98,8 @@ def suite_configs() -> list[SuiteConfig]:
         SuiteConfig.of("pld(defaults)", "pld"),
         SuiteConfig.of("lookahead(N=5,W=7,G=7)", "lookahead", N=5, W=7, G=7, pool_from_prompt=False),
         SuiteConfig.of("lookahead(N=5,W=15,G=15)+prompt", "lookahead", N=5, W=15, G=15, pool_from_prompt=True),
+        SuiteConfig.of("lookahead(N=5,W=1,G=1)+prompt+output+context", "lookahead", N=5, W=1, G=1,
+                       pool_from_prompt=True, pool_from_output=True, pool_context=True),
     ]
 
 
@@ -162,7 +165,7 @@ def run_suite(
             agg["S"] = round(_ratio(agg["tokens"], agg["steps"]), 6)
         out["configs"][cfg.label] = {"decoder": cfg.decoder, "params": dict(dec.params), "tasks": tasks}
         if log is not None:
-            log(f"  {cfg.label:<34} {len(prompts)} prompts in {time.perf_counter() - t0:6.1f}s")
+            log(f"  {cfg.label:<48} {len(prompts)} prompts in {time.perf_counter() - t0:6.1f}s")
     return out
 
 
@@ -212,13 +215,13 @@ class Comparison:
         return not self.failures
 
     def table(self) -> str:
-        header = f"{'config':<34}{'task':<12}{'baseline S':>11}{'now S':>9}{'change':>9}  status"
+        header = f"{'config':<48}{'task':<12}{'baseline S':>11}{'now S':>9}{'change':>9}  status"
         lines = [header, "-" * len(header)]
         for r in self.rows:
             base = "-" if r.baseline_s is None else f"{r.baseline_s:.3f}"
             now = "-" if r.now_s is None else f"{r.now_s:.3f}"
             pct = "-" if r.change_pct is None else f"{r.change_pct:+.2f}%"
-            lines.append(f"{r.config:<34}{r.task:<12}{base:>11}{now:>9}{pct:>9}  {r.status}")
+            lines.append(f"{r.config:<48}{r.task:<12}{base:>11}{now:>9}{pct:>9}  {r.status}")
         lines.append(
             f"tolerance: FAIL when a config x task S (sum tokens / sum steps) drops by more than "
             f"{self.tolerance * 100:g}% relative to the baseline"
@@ -385,7 +388,7 @@ def _reference_drift(baseline: dict[str, Any], fresh: dict[str, Any]) -> list[st
 
 def per_prompt_table(baseline: dict[str, Any], fresh: dict[str, Any]) -> str:
     """Per-prompt steps and S, for finding which prompt moved an aggregate."""
-    header = f"{'config':<34}{'prompt':<22}{'base steps':>11}{'now steps':>10}{'base S':>8}{'now S':>8}"
+    header = f"{'config':<48}{'prompt':<22}{'base steps':>11}{'now steps':>10}{'base S':>8}{'now S':>8}"
     lines = [header, "-" * len(header)]
     for label, now in fresh.get("configs", {}).items():
         base_tasks = baseline.get("configs", {}).get(label, {}).get("tasks", {})
@@ -395,7 +398,7 @@ def per_prompt_table(baseline: dict[str, Any], fresh: dict[str, Any]) -> str:
                 b_steps = "-" if b is None else str(b["steps"])
                 b_s = "-" if b is None else f"{_ratio(b['tokens'], b['steps']):.3f}"
                 lines.append(
-                    f"{label:<34}{task + ':' + pid:<22}{b_steps:>11}{res['steps']:>10}{b_s:>8}"
+                    f"{label:<48}{task + ':' + pid:<22}{b_steps:>11}{res['steps']:>10}{b_s:>8}"
                     f"{_ratio(res['tokens'], res['steps']):>8.3f}"
                 )
     return "\n".join(lines)

@@ -136,7 +136,9 @@ def test_suite_definition():
     configs = {c.label: c for c in suite_configs()}
     assert len(configs) == len(suite_configs())  # labels are unique baseline keys
     la = [c.build() for c in configs.values() if c.decoder == "lookahead"]
-    assert [(d.N, d.W, d.G, d.pool_from_prompt) for d in la] == [(5, 7, 7, False), (5, 15, 15, True)]
+    assert [(d.N, d.W, d.G, d.pool_from_prompt, d.pool_from_output, d.pool_context) for d in la] == [
+        (5, 7, 7, False, False, False), (5, 15, 15, True, False, False), (5, 1, 1, True, True, True)
+    ]
     assert DEFAULT_TOLERANCE == 0.02
 
 
