@@ -35,7 +35,7 @@ CONFIGS: list[tuple[str, dict]] = [
     ("pld", {"max_ngram": 3, "num_pred": 10}),
     ("lookahead", {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}),
     # the small window the auto-tuner picks on a 2-core CPU, where a step's cost grows fast with its tokens
-    ("lookahead", {"W": 1, "N": 2, "G": 1, "pool_from_prompt": True, "pool_from_output": True}),
+    ("lookahead", {"W": 1, "N": 5, "G": 1, "pool_from_prompt": True, "pool_from_output": True, "pool_context": True}),
 ]
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         k: encode_prompt(Prompt(messages=[{"role": "user", "content": v}]), backend.tokenizer)
         for k, v in BUILTIN_PROMPTS.items()
     }
-    header = f"{'prompt':<14}{'decoder':<68}{'tokens':>7}{'steps':>7}{'S':>7}{'tok/s':>8}{'speedup':>9}  exact"
+    header = f"{'prompt':<14}{'decoder':<86}{'tokens':>7}{'steps':>7}{'S':>7}{'tok/s':>8}{'speedup':>9}  exact"
     print(f"\n{args.device.upper()} timings, {args.dtype}, max_new_tokens={args.max_new_tokens}; "
           f"S = new tokens / decoding steps (prefill not counted)\n" + header + "\n" + "-" * len(header))
     for kind, ids in prompts.items():
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
                 ref_tokens, ref_time = res.tokens, secs
             label = name + ("" if not params else "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")")
             print(
-                f"{kind:<14}{label:<68}{len(res.tokens):>7}{res.steps:>7}{res.compression:>7.2f}"
+                f"{kind:<14}{label:<86}{len(res.tokens):>7}{res.steps:>7}{res.compression:>7.2f}"
                 f"{len(res.tokens) / secs:>8.1f}{ref_time / secs:>8.2f}x  {'yes' if res.tokens == ref_tokens else 'NO'}"
             )
 
