@@ -55,19 +55,20 @@ class LookaheadDecoder(Decoder):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
-    def tune(self, backend: Backend, prompts: list[list[int]]) -> None:
-        """Set W, N, G to the auto-tuner's choice for this backend, calibrated on ``prompts``."""
+    def tune(self, backend: Backend, prompts: list[list[int]], max_new_tokens: int) -> None:
+        """Set W, N, G to the auto-tuner's choice for this backend, calibrated on ``prompts`` at the
+        generation length that will be used."""
         from decoders.autotune import autotune
 
         self.tuned = autotune(
-            backend, prompts, pool_from_prompt=self.pool_from_prompt, pool_from_output=self.pool_from_output,
-            pool_context=self.pool_context,
+            backend, prompts, max_new_tokens=max_new_tokens, pool_from_prompt=self.pool_from_prompt,
+            pool_from_output=self.pool_from_output, pool_context=self.pool_context,
         )
         self.W, self.N, self.G = (self.tuned.params[k] for k in ("W", "N", "G"))
 
     def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
         if self.auto and self.tuned is None:
-            self.tune(backend, [list(prompt_ids)])
+            self.tune(backend, [list(prompt_ids)], max_new_tokens)
         return super().generate(backend, prompt_ids, max_new_tokens, **kw)
 
     def max_step_tokens(self) -> int:

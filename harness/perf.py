@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from decoders.autotune import CALIBRATION_TOKENS, autotune, interp_latency, latency_curve
+from decoders.autotune import autotune, interp_latency, latency_curve
 
 
 @dataclass
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         text.append(head)
         for task in args.tasks:
             prompts = task_prompts(task, args.prompts, args.data_dir, backend.tokenizer)
-            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=min(CALIBRATION_TOKENS, args.max_new_tokens),
+            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=args.max_new_tokens,
                              pool_from_output=True, pool_context=True)
             WNG = {k: tuned.params[k] for k in ("W", "N", "G")}
             label = "(" + ",".join(f"{k}={v}" for k, v in tuned.params.items()) + ")"

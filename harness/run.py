@@ -140,7 +140,7 @@ def _autotune(job: Job, backend) -> dict[str, Any]:
         job.decoder.tuned = prior
         return prior
     prompts = [encode_prompt(job.task.prompt(ex, 0, []), backend.tokenizer) for ex in job.examples[:2]]
-    job.decoder.tune(backend, prompts)
+    job.decoder.tune(backend, prompts, job.max_new_tokens)
     t = job.decoder.tuned
     print(f"  auto-tuned (W, N, G) = ({t.params['W']}, {t.params['N']}, {t.params['G']}), predicted "
           f"speedup {t.predicted:.2f}x", flush=True)

@@ -19,11 +19,17 @@ def test_autotune_maximises_predicted_speedup(tiny):
     prompts = [[7, 8, 9, 10, 11] * 5, [5, 6, 5, 6, 20, 21]]
     # a synthetic curve: a step costs 1 + k/8 units, so big windows are penalised
     curve = {k: 1.0 + k / 8 for k in (1, 2, 4, 8, 16, 32, 64)}
-    tuned = autotune(tiny, prompts, curve, max_new_tokens=24)
-    assert len(tuned.calibration) == len(CANDIDATES)
+    tuned = autotune(tiny, prompts, curve, max_new_tokens=24, screen_tokens=12, finalists=3)
+    screen = [r for r in tuned.calibration if r["round"] == "screen"]
+    final = [r for r in tuned.calibration if r["round"] == "final"]
+    assert [(r["W"], r["N"], r["G"]) for r in screen] == list(CANDIDATES) and len(final) == 3
+    assert {(r["tokens"], r["prompts"]) for r in screen} == {(12, 1)} and {(r["tokens"], r["prompts"]) for r in final} == {(24, 2)}
     for row in tuned.calibration:
         assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
-    best = max(tuned.calibration, key=lambda r: r["predicted"])
+    # the finalists are the best screened, and the choice is the best finalist
+    top = sorted(screen, key=lambda r: -r["predicted"])[:3]
+    assert [(r["W"], r["N"], r["G"]) for r in final] == [(r["W"], r["N"], r["G"]) for r in top]
+    best = max(final, key=lambda r: r["predicted"])
     assert (tuned.params["W"], tuned.params["N"], tuned.params["G"]) == (best["W"], best["N"], best["G"])
     assert tuned.predicted == best["predicted"]
 
