@@ -157,12 +157,29 @@ class Projection:
         return y if rows == k else y[:k]
 
 
-def can_pack(model: torch.nn.Module) -> bool:
-    """Whether the oneDNN-packed CPU matmuls apply (see :class:`Projection`)."""
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def can_pack(model: torch.nn.Module, memory_bytes: int | None = None) -> bool:
+    """Whether the oneDNN-packed CPU matmuls apply (see :class:`Projection`).
+
+    They hold a second copy of the weights, so they are skipped when the model, that copy and headroom
+    (3x the weights) would not fit in ``memory_bytes`` (default: this machine's RAM): a 7B model in
+    bfloat16 (13.5 GB) on a 24 GB machine keeps plain ``F.linear``.
+    """
     param = next(model.parameters())
     if param.device.type != "cpu" or param.dtype not in (torch.float32, torch.bfloat16):
         return False
     if not torch.backends.mkldnn.is_available():
+        return False
+    memory_bytes = physical_memory() if memory_bytes is None else memory_bytes
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if memory_bytes is not None and 3 * weight_bytes > memory_bytes:
         return False
     try:  # a build without the op stays on F.linear
         w = torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=param.dtype), None)

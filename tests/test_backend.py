@@ -133,3 +133,38 @@ def test_rollback_bounds():
     be.reset(16)
     with pytest.raises(ValueError, match="rollback"):
         be.rollback(3)
+
+
+def test_packed_matmuls_only_where_they_fit():
+    """The packed CPU path holds a second copy of the weights: used when 3x the weights fit in memory,
+    skipped otherwise (the forward then runs plain F.linear and still matches transformers)."""
+    from harness.backend import can_pack
+
+    model = tiny_model(1, attn_implementation="sdpa")
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not can_pack(model, memory_bytes=1 << 40):
+        pytest.skip("oneDNN-packed matmuls are not available on this machine")
+    assert not can_pack(model, memory_bytes=3 * weight_bytes - 1)
+    assert can_pack(model, memory_bytes=3 * weight_bytes)
+    be = Backend(model, tokenizer=None, name="tiny")
+    assert be._proj[0].qkv.packed is not None  # the tiny model fits: the tests exercise the packed path
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 20])
+def test_plain_and_packed_projections_agree(k):
+    """The F.linear path (GPU, big models) and the packed CPU path give the same logits for every step size."""
+    from harness.backend import Projection, layer_projections
+
+    be = _fresh("sdpa")
+    if be._proj[0].qkv.packed is None:
+        pytest.skip("oneDNN-packed matmuls are not available on this machine")
+    ids = torch.randint(0, 48, (30,), generator=torch.Generator().manual_seed(3))
+    out = []
+    for pack in (True, False):
+        be._proj = [layer_projections(layer, pack) for layer in be.model.model.layers]
+        be._lm_head = Projection.of((be.model.lm_head,), pack)
+        be.reset(64)
+        be.forward(ids[:10], torch.arange(10))
+        be.commit()
+        out.append(be.forward(ids[10 : 10 + k], torch.arange(10, 10 + k)))
+    torch.testing.assert_close(out[0], out[1], atol=ATOL, rtol=0)
