@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 # Calibration is two rounds. Screening: every candidate on the first prompt for SCREEN_TOKENS tokens.
 # Final: the FINALISTS best on every calibration prompt for the job's own length. Why the long final
-# round: S rises over a generation as the pool fills with the answer's own n-grams, and it rises more
-# for longer n-grams, so short runs pick too small an N (HumanEval, 2 prompts: S 1.48 at 48 tokens
-# against 2.3 over 256, and a 96-token calibration chose N=4 where N=5 ran 7% faster over 256).
+# round: S rises over a generation as the pool fills with the answer's own n-grams (HumanEval, W=1
+# N=4 G=1: S 1.48 over the first 48 tokens of 2 prompts, 2.33 over 256 tokens of 4), and not alike for
+# every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
 FINALISTS = 4
 LATENCY_KS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)

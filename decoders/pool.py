@@ -58,10 +58,10 @@ class NgramPool:
         if not conts:
             return []
         newest = list(reversed(conts))
-        if not self.context or prev is None or (prev, key) not in self._by_pair:
+        pair = self._by_pair.get((prev, key)) if self.context and prev is not None else None
+        if not pair:
             return newest
-        first = list(reversed(self._by_pair[(prev, key)]))
-        return (first + [c for c in newest if c not in self._by_pair[(prev, key)]])[: self.cap]
+        return (list(reversed(pair)) + [c for c in newest if c not in pair])[: self.cap]
 
     def __len__(self) -> int:
         return sum(len(c) for c in self._by_key.values())
