@@ -7,7 +7,6 @@ these tests exercise the real loading path in seconds.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf.errors import ConfigKeyError, ValidationError
 
 from harness.records import load_records
 from harness.run import CONF_DIR, UserError, prepare, run
