@@ -2,12 +2,13 @@
 
     python -m harness.perf [--dtype float32 bfloat16] [--tasks humaneval mt_bench gsm8k xsum]
                            [--prompts 5] [--max-new-tokens 256] [--out results/perf]
+                           [--lookahead 1,5,1 ...] [--no-hf]
 
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries.
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
-   ``prompt_lookup_num_tokens``), our `pld`, `jacobi` and `lookahead` (fixed configurations and the
-   auto-tuned one).
+   ``prompt_lookup_num_tokens``), our `pld`, `jacobi` and `lookahead`: the auto-tuned setting, the
+   same (W, N, G) fed only by its own window's n-grams, and any ``--lookahead`` settings.
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
@@ -119,6 +120,15 @@ def format_table(table: list[dict[str, Any]]) -> str:
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
 
 
+def parse_wng(text: str) -> tuple[int, int, int]:
+    """``"1,5,1"`` -> (1, 5, 1); a clear error for anything else."""
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected W,N,G as three integers, e.g. 1,5,1; got {text!r}")
+    W, N, G = (int(p) for p in parts)
+    return W, N, G
+
+
 def main(argv: list[str] | None = None) -> None:
     from decoders import build_decoder
     from harness import load_backend
@@ -133,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache-len", type=int, default=300)
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
+    ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G", type=parse_wng,
+                    help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
     ap.add_argument("--out", default="results/perf")
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
@@ -166,6 +178,11 @@ def main(argv: list[str] | None = None) -> None:
                 # the same (W, N, G) fed by its lookahead branch alone: what the Jacobi n-grams contribute
                 Method(f"lookahead window pool only({WNG['W']},{WNG['N']},{WNG['G']})",
                        ours(backend, build_decoder("lookahead", **WNG, pool_from_prompt=False))),
+            ]
+            methods += [
+                Method(f"lookahead({W},{N},{G})+pools", ours(backend, build_decoder(
+                    "lookahead", W=W, N=N, G=G, pool_from_output=True, pool_context=True)))
+                for W, N, G in args.lookahead
             ]
             for m in methods:  # warm-up, untimed
                 m.run(prompts[0], 16)

@@ -1,0 +1,40 @@
+"""The benchmark's arithmetic (speedups, S, roofline, overhead) on hand-made rows, and its options."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from harness.perf import format_table, parse_wng, summarize
+
+CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
+
+
+def _ours(prompt, tokens, total_s, inputs, forward_s):
+    return {"prompt": prompt, "tokens": tokens, "total_s": total_s, "decode_s": total_s, "steps": len(inputs),
+            "input_tokens": inputs, "forward_s": forward_s}
+
+
+def test_summarize_speedup_S_roofline_and_overhead():
+    toks = list(range(8))
+    rows = [
+        {"method": "ar", **_ours(0, toks, 0.080, [1] * 8, 0.080)},
+        # 8 tokens in 2 steps of 4 fed tokens each: S 4, roofline 8 * t(1) / (2 * t(4)) = 2
+        {"method": "la", **_ours(0, toks, 0.050, [4, 4], 0.045)},
+        {"method": "hf", "prompt": 0, "tokens": toks[:7] + [99], "total_s": 0.160},  # no step counts
+    ]
+    table = {r["method"]: r for r in summarize(rows, CURVE)}
+    la = table["la"]
+    assert la["speedup"] == pytest.approx(0.080 / 0.050) and la["S"] == 4 and la["k_mean"] == 4
+    assert la["roofline"] == pytest.approx(2.0) and la["of_roofline"] == pytest.approx(1.6 / 2.0)
+    assert la["overhead"] == pytest.approx(0.1) and la["exact"] == 1
+    assert table["hf"]["speedup"] == pytest.approx(0.5) and table["hf"]["exact"] == 0 and "S" not in table["hf"]
+    assert "| la |" in format_table(list(table.values()))
+
+
+def test_parse_wng():
+    assert parse_wng("1,5,1") == (1, 5, 1)
+    for bad in ("1,5", "a,b,c", "1,5,1,2", "1,-5,1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
+            parse_wng(bad)
