@@ -21,9 +21,9 @@ and ``python -m harness.tables sampling <results dir> [--out DIR]``.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 

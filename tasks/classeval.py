@@ -81,7 +81,6 @@ class ClassEval(CodeTask):
     local_file: ClassVar[str] = "classeval/test.jsonl"
     default_max_new_tokens: ClassVar[int] = 2048
 
-
     def prompt(self, ex: Example, turn: int, history: list[str]) -> Prompt:
         self._check_turn(ex, turn, history)
         content = INSTRUCTION.format(class_name=ex.doc["class_name"], skeleton=ex.doc["skeleton"])

@@ -51,7 +51,6 @@ class HumanEval(CodeTask):
     local_file: ClassVar[str] = "humaneval/HumanEval.jsonl.gz"
     default_max_new_tokens: ClassVar[int] = 512
 
-
     def prompt(self, ex: Example, turn: int, history: list[str]) -> Prompt:
         self._check_turn(ex, turn, history)
         return Prompt(text=ex.doc["prompt"])
