@@ -10,13 +10,20 @@ token, which is emitted even when a whole n-gram matched (the official implement
 accepted output, so text the model repeats from its own answer is proposed as prompt lookup would.
 ``pool_context`` (our extension, off by default) ranks first the pooled prompt/output n-grams whose
 preceding token also matches the text (see ``decoders/pool.py``).
+``text_ngram`` (our extension; None = N) is the length of the n-grams taken from the prompt and output.
+Why decoupled: the window's n-grams are guesses, worth checking only a few tokens deep, while text the
+model repeats (code, quoted phrases) runs on for many tokens, so those drafts pay off longer.
+``step_tokens`` (our extension; None = no cap) caps the tokens fed per step (root + window + tree): the
+pooled n-grams fill the tree in rank order and the one that would overflow is cut short. Why: on a CPU
+a forward's cost rises in steps with its token count (``python -m harness.perf`` prints t(k)), so a
+cap at the end of a step keeps every forward on the cheaper side of it while G > 1 fills what is left.
 ``auto`` picks (W, N, G) for this machine before the first generation (see ``decoders/autotune.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
 
@@ -44,6 +51,8 @@ class LookaheadDecoder(Decoder):
     pool_from_prompt: bool = True
     pool_from_output: bool = False
     pool_context: bool = False
+    text_ngram: Optional[int] = None
+    step_tokens: Optional[int] = None
     auto: bool = False
     tuned: Any = field(default=None, init=False, repr=False)  # autotune's outcome, once tuned
 
@@ -51,6 +60,11 @@ class LookaheadDecoder(Decoder):
         check_int("W", self.W, 1, "lookahead window width")
         check_int("N", self.N, 2, "n-gram size")
         check_int("G", self.G, 0, "verified n-grams per step")
+        if self.text_ngram is not None:
+            check_int("text_ngram", self.text_ngram, 2, "n-gram size for prompt/output n-grams")
+        if self.step_tokens is not None:
+            low = 2 + self.W * (self.N - 1)  # root, full window, one draft token
+            check_int("step_tokens", self.step_tokens, low, f"tokens per step; W={self.W}, N={self.N} need {low}")
         for flag in ("pool_from_prompt", "pool_from_output", "pool_context", "auto"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
@@ -71,21 +85,28 @@ class LookaheadDecoder(Decoder):
             self.tune(backend, [list(prompt_ids)], max_new_tokens)
         return super().generate(backend, prompt_ids, max_new_tokens, **kw)
 
+    @property
+    def text_n(self) -> int:
+        return self.text_ngram or self.N
+
     def max_step_tokens(self) -> int:
-        return 1 + (self.W + self.G) * (self.N - 1)
+        uncapped = 1 + self.W * (self.N - 1) + self.G * (max(self.N, self.text_n) - 1)
+        return uncapped if self.step_tokens is None else min(uncapped, self.step_tokens)
 
     def begin(self, prompt_ids: list[int]) -> _LookaheadState:
         pool = NgramPool(self.N, self.G, context=self.pool_context)
         if self.pool_from_prompt:
-            pool.add_from(prompt_ids)
+            pool.add_from(prompt_ids, n=self.text_n)
         window = LookaheadWindow.seeded(self.W, self.N, prompt_ids, np.random.default_rng(0))
         return _LookaheadState(window=window, pool=pool)
 
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
         prev = seq[-2] if len(seq) > 1 else None
-        return Proposal(DraftTree.from_chains(state.pool.get(seq[-1], prev)), state.window)
+        room = None if self.step_tokens is None else self.step_tokens - 1 - len(state.window.tokens())
+        return Proposal(DraftTree.from_chains(state.pool.get(seq[-1], prev), room), state.window)
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
         state.pool.add_all(state.window.advance(out.window_pred))
         if self.pool_from_output:  # every n-gram that ends in a newly accepted token
-            state.pool.add_from(seq, start=len(seq) - len(out.verdict.tokens) - self.N + 1)
+            n = self.text_n
+            state.pool.add_from(seq, start=len(seq) - len(out.verdict.tokens) - n + 1, n=n)

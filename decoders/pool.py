@@ -42,10 +42,12 @@ class NgramPool:
         if self.context and prev is not None:
             self._insert(self._by_pair, (prev, key), cont)
 
-    def add_from(self, tokens: Sequence[int], start: int = 0) -> None:
-        """Insert the n-grams of ``tokens`` that start at index ``start`` or later, in order."""
-        for i in range(max(start, 0), len(tokens) - self.n + 1):
-            self.add(tokens[i : i + self.n], tokens[i - 1] if i > 0 else None)
+    def add_from(self, tokens: Sequence[int], start: int = 0, n: int | None = None) -> None:
+        """Insert the ``n``-grams (default: the pool's n) of ``tokens`` that start at index ``start`` or
+        later, in order. The pool holds continuations of any length; the draft tree merges prefixes."""
+        n = n or self.n
+        for i in range(max(start, 0), len(tokens) - n + 1):
+            self.add(tokens[i : i + n], tokens[i - 1] if i > 0 else None)
 
     def add_all(self, ngrams: Iterable[Sequence[int]]) -> None:
         for g in ngrams:

@@ -32,18 +32,22 @@ class DraftTree:
     children: list[dict[int, int]] = field(default_factory=lambda: [{}])  # [0] = root's, [i+1] = node i's
 
     @classmethod
-    def from_chains(cls, chains: list[list[int]] | list[tuple[int, ...]]) -> DraftTree:
+    def from_chains(cls, chains: list[list[int]] | list[tuple[int, ...]], max_nodes: int | None = None) -> DraftTree:
+        """Merge ``chains`` in order; with ``max_nodes``, a chain that would exceed it is cut short
+        (so earlier, better-ranked chains keep their full depth)."""
         tree = cls()
         for chain in chains:
-            tree.add_chain(chain)
+            tree.add_chain(chain, max_nodes)
         return tree
 
-    def add_chain(self, chain: list[int] | tuple[int, ...]) -> None:
+    def add_chain(self, chain: list[int] | tuple[int, ...], max_nodes: int | None = None) -> None:
         parent = -1
         for tok in chain:
             kids = self.children[parent + 1]
             node = kids.get(tok)
             if node is None:
+                if max_nodes is not None and len(self.tokens) >= max_nodes:
+                    return
                 node = len(self.tokens)
                 kids[tok] = node
                 self.tokens.append(tok)

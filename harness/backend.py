@@ -149,7 +149,8 @@ class Projection:
             return x.new_empty(0, self.packed.shape[0])
         if k <= 2 and self.weight is not None:
             xp = x.contiguous() if k == 2 else torch.cat([x, x])  # [2, in]
-            y = torch.mm(self.weight, xp.t()).t()[:k]  # [k, out]; xp.t() must view row-major rows
+            # [k, out], made row-major: a transposed view would send sdpa (last-dim stride 2) to its slow path
+            y = torch.mm(self.weight, xp.t()).t()[:k].contiguous()
             return y if self.bias is None else y + self.bias
         rows = max(k, MIN_GEMM_ROWS)
         xp = x.contiguous() if rows == k else torch.cat([x, x[-1:].expand(rows - k, -1)])

@@ -42,9 +42,10 @@ decoder_specs = st.one_of(
     st.builds(lambda w: ("jacobi", {"window": w}), st.integers(1, 8)),
     st.builds(lambda m, n: ("pld", {"max_ngram": m, "num_pred": n}), st.integers(1, 4), st.integers(1, 8)),
     st.builds(
-        lambda W, N, G, p, o, c: (
+        lambda W, N, G, p, o, c, t, extra: (
             "lookahead",
-            {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o, "pool_context": c},
+            {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o, "pool_context": c,
+             "text_ngram": t, "step_tokens": None if extra is None else 2 + W * (N - 1) + extra},
         ),
         st.integers(1, 8),
         st.integers(2, 6),
@@ -52,6 +53,8 @@ decoder_specs = st.one_of(
         st.booleans(),
         st.booleans(),
         st.booleans(),
+        st.one_of(st.none(), st.integers(2, 10)),  # prompt/output n-gram length apart from N
+        st.one_of(st.none(), st.integers(0, 8)),  # tokens per step cap, above its minimum
     ),
 )
 
@@ -118,6 +121,30 @@ def test_bonus_token_emitted_on_full_match(tiny):
     pld = build_decoder("pld", max_ngram=3, num_pred=3).generate(tiny, prompt, 9)
     assert la.tokens == ref.tokens and pld.tokens == ref.tokens
     assert la.accepted[0] == 4 and pld.accepted[0] == 4
+
+
+def test_long_text_ngrams_and_step_cap(tiny):
+    """Prompt n-grams longer than N are verified to their full length; a step cap cuts the draft
+    short but never the window, and neither changes the output."""
+    base = [7, 8, 9, 10, 11] * 4
+    prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens  # holds what comes next
+    ref = build_decoder("ar").generate(tiny, prompt, 20)
+    long = build_decoder("lookahead", W=1, N=3, G=1, text_ngram=7).generate(tiny, prompt, 20)
+    assert long.tokens == ref.tokens and long.accepted[0] == 7  # 6 drafted + the bonus
+    capped = build_decoder("lookahead", W=1, N=3, G=2, text_ngram=7, step_tokens=6)
+    res = capped.generate(tiny, prompt, 20)
+    # first step: root + 1 window token (the window is still filling) + 4 of the draft = 6
+    assert res.tokens == ref.tokens and res.accepted[0] == 5
+    assert max(res.input_tokens) == 6 == capped.max_step_tokens()
+
+
+def test_draft_tree_node_cap():
+    from decoders.tree import DraftTree
+
+    chains = [[5, 6, 7], [5, 9], [8]]
+    assert DraftTree.from_chains(chains, max_nodes=4).tokens == [5, 6, 7, 9]  # shared 5 is free
+    assert DraftTree.from_chains(chains, max_nodes=2).tokens == [5, 6]
+    assert DraftTree.from_chains(chains, max_nodes=0).tokens == []
 
 
 def test_verify_greedy_full_match_and_divergence():

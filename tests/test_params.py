@@ -15,6 +15,8 @@ from decoders import build_decoder
         ("lookahead", {"G": -1}, "G"),
         ("lookahead", {"W": 2.5}, "W"),
         ("lookahead", {"pool_from_prompt": "yes"}, "pool_from_prompt"),
+        ("lookahead", {"text_ngram": 1}, "text_ngram"),
+        ("lookahead", {"W": 2, "N": 4, "step_tokens": 7}, r"step_tokens .*W=2, N=4 need 8"),
         ("jacobi", {"window": 0}, "window"),
         ("pld", {"max_ngram": 0}, "max_ngram"),
         ("pld", {"num_pred": 0}, "num_pred"),

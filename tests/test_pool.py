@@ -20,6 +20,13 @@ def test_add_from_start_adds_only_later_ngrams():
     assert pool.get(5) == [] and pool.get(6) == [] and pool.get(7) == [(8,)]
 
 
+def test_add_from_takes_longer_ngrams_than_the_pool_n():
+    pool = NgramPool(2, cap=4)
+    pool.add_from([5, 6, 7, 8, 9], n=4)  # 4-grams: (5 6 7 8), (6 7 8 9)
+    pool.add((5, 1))  # the window's 2-grams share the keys
+    assert pool.get(5) == [(1,), (6, 7, 8)] and pool.get(6) == [(7, 8, 9)] and pool.get(7) == []
+
+
 def test_context_ranks_the_continuation_of_this_phrase_first():
     # "a x p", "b x q", "c x r": key x holds three continuations, newest (r) first without context
     text = [1, 9, 10, 2, 9, 11, 3, 9, 12]
