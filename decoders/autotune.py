@@ -1,7 +1,7 @@
-"""Choose lookahead's (W, N, G) for this machine: maximise predicted wall-clock speedup.
+"""Choose lookahead's (W, N, G, text_ngram, step_tokens) for this machine: maximise predicted speedup.
 
-A lookahead step feeds k = 1 + W(N-1) + (tree nodes <= G(N-1)) tokens and costs t(k); autoregressive
-decoding costs t(1) per token. So a configuration's speedup is about S x t(1) / t(k). We measure the
+A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1), and within the cap)
+tokens and costs t(k); autoregressive decoding costs t(1) per token. So a configuration's speedup is about S x t(1) / t(k). We measure the
 latency curve t(k) on the backend, measure S and the mean k of each candidate on calibration runs
 (greedy; a short screening run of every candidate, then the best few at the job's length, see
 SCREEN_TOKENS), predict ``S * t(1) / t(k_mean)`` and keep the best. The prediction is reported beside
@@ -28,12 +28,21 @@ if TYPE_CHECKING:
 # every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
 FINALISTS = 4
-LATENCY_KS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-# (W, N, G): from the smallest step (3 tokens) up; on a CPU where t(k) grows early the small ones win,
-# on a GPU where t(k) is flat up to ~100 tokens the large ones do
+# fine steps up to 12: on a CPU the cost jumps between neighbouring sizes (here 6 -> 7 tokens, where a
+# packed matmul needs a second block of rows), and interpolating across a jump would hide it
+LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
+# What the tuner sets; the pool flags (pool_from_prompt/output, pool_context) stay the caller's.
+SHAPE = ("W", "N", "G", "text_ngram", "step_tokens")
+# (W, N, G, text_ngram, step_tokens), from small steps to large. On a CPU, where t(k) grows early, the
+# small ones win; on a GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The
+# long text n-grams (7-8) pay on code and quoted text; the caps at 6 and 8 tokens sit just below cost
+# steps of the curve measured here (a cap that is not below a step on some machine simply loses).
 CANDIDATES = (
-    (1, 2, 1), (1, 3, 1), (1, 3, 2), (2, 3, 2), (1, 4, 1), (1, 4, 2), (2, 4, 2), (1, 5, 1), (1, 5, 2),
-    (2, 5, 2), (1, 6, 1), (1, 6, 2), (3, 5, 3), (5, 5, 5), (7, 5, 7), (15, 5, 15),
+    (1, 3, 1, None, None), (1, 4, 1, None, None), (1, 5, 1, None, None), (1, 6, 1, None, None),
+    (1, 4, 2, None, None), (2, 4, 2, None, None), (2, 5, 2, None, None),
+    (1, 3, 1, 7, None), (1, 3, 2, 7, None), (1, 4, 1, 8, None), (1, 3, 1, 10, None),
+    (1, 2, 3, 7, 6), (1, 3, 3, 7, 6), (1, 3, 3, 7, 8), (1, 4, 3, 8, 8),
+    (5, 5, 5, None, None), (7, 5, 7, None, None), (15, 5, 15, None, None),
 )
 
 
@@ -79,11 +88,12 @@ class Tuned:
 
 
 def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, curve: dict[int, float],
-               flags: dict[str, bool], W: int, N: int, G: int) -> dict[str, Any]:
-    """Measured S and mean tokens per step of one candidate, and its predicted speedup."""
+               flags: dict[str, bool], shape: dict[str, Any]) -> dict[str, Any]:
+    """Measured S and mean tokens per step of one candidate (``shape``: SHAPE's values), and its
+    predicted speedup."""
     from decoders.lookahead import LookaheadDecoder
 
-    dec = LookaheadDecoder(W=W, N=N, G=G, **flags)
+    dec = LookaheadDecoder(**shape, **flags)
     tokens = steps = fed = 0
     for ids in prompts:
         r = dec.generate(backend, ids, max_new_tokens)
@@ -91,7 +101,7 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
         steps += r.steps
         fed += sum(r.input_tokens)
     S, k_mean = tokens / steps, fed / steps
-    return {"W": W, "N": N, "G": G, "S": S, "k_mean": k_mean, "tokens": max_new_tokens, "prompts": len(prompts),
+    return {**shape, "S": S, "k_mean": k_mean, "tokens": max_new_tokens, "prompts": len(prompts),
             "predicted": S * curve[1] / interp_latency(curve, k_mean)}
 
 
@@ -107,21 +117,22 @@ def autotune(
     screen_tokens: int = SCREEN_TOKENS,
     finalists: int = FINALISTS,
 ) -> Tuned:
-    """Pick (W, N, G) with the best predicted speedup on ``prompts`` (greedy calibration runs, two rounds:
+    """Pick the SHAPE with the best predicted speedup on ``prompts`` (greedy calibration runs, two rounds:
     see SCREEN_TOKENS). ``calibration`` lists every run, screening rows first."""
     if not prompts:
         raise ValueError("autotune needs at least one calibration prompt")
     curve = curve or latency_curve(backend)
     flags = {"pool_from_prompt": pool_from_prompt, "pool_from_output": pool_from_output, "pool_context": pool_context}
+    shapes = [dict(zip(SHAPE, c)) for c in candidates]
     screen = [
-        {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), curve, flags, *c)}
-        for c in candidates
+        {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), curve, flags, c)}
+        for c in shapes
     ]
     best_screened = sorted(screen, key=lambda r: -r["predicted"])[:finalists]
     final = [
-        {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, r["W"], r["N"], r["G"])}
+        {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, {k: r[k] for k in SHAPE})}
         for r in best_screened
     ]
     best = max(final, key=lambda r: r["predicted"])
-    params = {"W": best["W"], "N": best["N"], "G": best["G"], **flags}
+    params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final)

@@ -22,7 +22,7 @@ cap at the end of a step keeps every forward on the cheaper side of it while G >
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
@@ -70,7 +70,7 @@ class LookaheadDecoder(Decoder):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
     def tune(self, backend: Backend, prompts: list[list[int]], max_new_tokens: int) -> None:
-        """Set W, N, G to the auto-tuner's choice for this backend, calibrated on ``prompts`` at the
+        """Set W, N, G, text_ngram and step_tokens to the auto-tuner's choice for this backend, calibrated on ``prompts`` at the
         generation length that will be used."""
         from decoders.autotune import autotune
 
@@ -78,7 +78,17 @@ class LookaheadDecoder(Decoder):
             backend, prompts, max_new_tokens=max_new_tokens, pool_from_prompt=self.pool_from_prompt,
             pool_from_output=self.pool_from_output, pool_context=self.pool_context,
         )
-        self.W, self.N, self.G = (self.tuned.params[k] for k in ("W", "N", "G"))
+        self.set_shape(self.tuned.params)
+
+    def set_shape(self, params: dict[str, Any]) -> None:
+        """Take the tuned values (autotune.SHAPE) from ``params``; the pool flags stay as they are. A
+        record from before text_ngram/step_tokens existed lacks them: they take their defaults."""
+        from decoders.autotune import SHAPE
+
+        defaults = {f.name: f.default for f in fields(self)}
+        for k in SHAPE:
+            setattr(self, k, params.get(k, defaults[k]))
+        self.__post_init__()
 
     def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
         if self.auto and self.tuned is None:

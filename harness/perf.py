@@ -2,13 +2,16 @@
 
     python -m harness.perf [--dtype float32 bfloat16] [--tasks humaneval mt_bench gsm8k xsum]
                            [--prompts 5] [--max-new-tokens 256] [--out results/perf]
-                           [--lookahead 1,5,1 ...] [--no-hf]
+                           [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens]] ...]
+                           [--no-hf]
 
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries.
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
    ``prompt_lookup_num_tokens``), our `pld`, `jacobi` and `lookahead`: the auto-tuned setting, the
-   same (W, N, G) fed only by its own window's n-grams, and any ``--lookahead`` settings.
+   same shape fed only by its own window's n-grams, and any ``--lookahead`` settings. The tuner
+   calibrates on held-out prompts (the task's next ``--calibration-prompts`` after the measured ones),
+   so its prediction is tested on text it has not seen.
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from decoders.autotune import autotune, interp_latency, latency_curve
+from decoders.autotune import SHAPE, autotune, interp_latency, latency_curve
 
 
 @dataclass
@@ -120,13 +123,22 @@ def format_table(table: list[dict[str, Any]]) -> str:
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
 
 
-def parse_wng(text: str) -> tuple[int, int, int]:
-    """``"1,5,1"`` -> (1, 5, 1); a clear error for anything else."""
+def parse_shape(text: str) -> dict[str, int | None]:
+    """``"1,3,3,7,6"`` -> W, N, G, text_ngram, step_tokens (the last two optional: None); a clear error
+    for anything else."""
     parts = text.split(",")
-    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"expected W,N,G as three integers, e.g. 1,5,1; got {text!r}")
-    W, N, G = (int(p) for p in parts)
-    return W, N, G
+    if not 3 <= len(parts) <= len(SHAPE) or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected W,N,G[,text_ngram[,step_tokens]] as 3-5 integers, e.g. 1,5,1 or 1,3,3,7,6; got {text!r}")
+    values = [int(p) for p in parts] + [None] * (len(SHAPE) - len(parts))
+    return dict(zip(SHAPE, values))
+
+
+def shape_label(shape: dict[str, Any]) -> str:
+    """``(1,3,3,t7,cap6)``: W, N, G, then the text n-gram length and step cap where set."""
+    extra = ([f"t{shape['text_ngram']}"] if shape.get("text_ngram") else []) + (
+        [f"cap{shape['step_tokens']}"] if shape.get("step_tokens") else [])
+    return "(" + ",".join([str(shape[k]) for k in ("W", "N", "G")] + extra) + ")"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -143,7 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache-len", type=int, default=300)
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
-    ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G", type=parse_wng,
+    ap.add_argument("--calibration-prompts", type=int, default=2,
+                    help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
+    ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
     ap.add_argument("--out", default="results/perf")
     args = ap.parse_args(argv)
@@ -160,11 +174,14 @@ def main(argv: list[str] | None = None) -> None:
         print(head, flush=True)
         text.append(head)
         for task in args.tasks:
-            prompts = task_prompts(task, args.prompts, args.data_dir, backend.tokenizer)
-            tuned = autotune(backend, prompts[:2], curve, max_new_tokens=args.max_new_tokens,
+            found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)
+            prompts, held_out = found[: args.prompts], found[args.prompts :]
+            if not held_out:
+                raise SystemExit(f"{task}: no prompts left after the {args.prompts} measured ones to calibrate "
+                                 f"the auto-tuner on; lower --prompts")
+            tuned = autotune(backend, held_out, curve, max_new_tokens=args.max_new_tokens,
                              pool_from_output=True, pool_context=True)
-            WNG = {k: tuned.params[k] for k in ("W", "N", "G")}
-            label = "(" + ",".join(f"{k}={v}" for k, v in tuned.params.items()) + ")"
+            shape = {k: tuned.params[k] for k in SHAPE}
             methods = [Method("ar", ours(backend, build_decoder("ar")))]
             if not args.no_hf:
                 methods += [
@@ -174,15 +191,16 @@ def main(argv: list[str] | None = None) -> None:
             methods += [
                 Method("pld(max_ngram=3,num_pred=10)", ours(backend, build_decoder("pld", num_pred=10))),
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
-                Method(f"lookahead auto{label}", ours(backend, build_decoder("lookahead", **tuned.params))),
-                # the same (W, N, G) fed by its lookahead branch alone: what the Jacobi n-grams contribute
-                Method(f"lookahead window pool only({WNG['W']},{WNG['N']},{WNG['G']})",
-                       ours(backend, build_decoder("lookahead", **WNG, pool_from_prompt=False))),
+                Method(f"lookahead auto{shape_label(shape)}+pools",
+                       ours(backend, build_decoder("lookahead", **tuned.params))),
+                # the same shape fed by its lookahead branch alone: what the Jacobi n-grams contribute
+                Method(f"lookahead window pool only{shape_label(shape)}",
+                       ours(backend, build_decoder("lookahead", **shape, pool_from_prompt=False))),
             ]
             methods += [
-                Method(f"lookahead({W},{N},{G})+pools", ours(backend, build_decoder(
-                    "lookahead", W=W, N=N, G=G, pool_from_output=True, pool_context=True)))
-                for W, N, G in args.lookahead
+                Method(f"lookahead{shape_label(fixed)}+pools", ours(backend, build_decoder(
+                    "lookahead", **fixed, pool_from_output=True, pool_context=True)))
+                for fixed in args.lookahead
             ]
             for m in methods:  # warm-up, untimed
                 m.run(prompts[0], 16)
@@ -194,7 +212,9 @@ def main(argv: list[str] | None = None) -> None:
             table = summarize(rows, curve)
             block = (f"\n-- {task}: {len(prompts)} prompts, max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
-                     f"auto-tuner predicted {tuned.predicted:.2f}x\n" + format_table(table))
+                     f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts); "
+                     f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step); "
+                     f"+pools = prompt and output n-grams, context-ranked\n" + format_table(table))
             print(block, flush=True)
             text.append(block)
             report["runs"][f"{dtype}/{task}"] = {

@@ -127,8 +127,9 @@ def manifest(job: Job, backend) -> dict[str, Any]:
 
 
 def _autotune(job: Job, backend) -> dict[str, Any]:
-    """Tune lookahead's (W, N, G) on the job's first two prompts, or reuse the choice of an interrupted
-    run of the same job (so a resumed run keeps one configuration)."""
+    """Tune lookahead's shape (W, N, G, text_ngram, step_tokens) on the job's first two prompts, or
+    reuse the choice of an interrupted run of the same job (so a resumed run keeps one configuration)."""
+    from decoders.autotune import SHAPE
     from tasks import encode_prompt
 
     try:
@@ -136,14 +137,14 @@ def _autotune(job: Job, backend) -> dict[str, Any]:
     except RecordsError:
         prior = None
     if prior:
-        job.decoder.W, job.decoder.N, job.decoder.G = (prior["params"][k] for k in ("W", "N", "G"))
+        job.decoder.set_shape(prior["params"])
         job.decoder.tuned = prior
         return prior
     prompts = [encode_prompt(job.task.prompt(ex, 0, []), backend.tokenizer) for ex in job.examples[:2]]
     job.decoder.tune(backend, prompts, job.max_new_tokens)
     t = job.decoder.tuned
-    print(f"  auto-tuned (W, N, G) = ({t.params['W']}, {t.params['N']}, {t.params['G']}), predicted "
-          f"speedup {t.predicted:.2f}x", flush=True)
+    shape = ", ".join(f"{k}={t.params[k]}" for k in SHAPE)
+    print(f"  auto-tuned {shape}, predicted speedup {t.predicted:.2f}x", flush=True)
     return {"params": t.params, "predicted": t.predicted, "calibration": t.calibration}
 
 

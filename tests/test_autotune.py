@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, autotune, interp_latency, latency_curve
+from decoders.autotune import CANDIDATES, SHAPE, autotune, interp_latency, latency_curve
 
 
 def test_latency_curve_shape(tiny):
@@ -22,15 +22,15 @@ def test_autotune_maximises_predicted_speedup(tiny):
     tuned = autotune(tiny, prompts, curve, max_new_tokens=24, screen_tokens=12, finalists=3)
     screen = [r for r in tuned.calibration if r["round"] == "screen"]
     final = [r for r in tuned.calibration if r["round"] == "final"]
-    assert [(r["W"], r["N"], r["G"]) for r in screen] == list(CANDIDATES) and len(final) == 3
+    assert [tuple(r[k] for k in SHAPE) for r in screen] == list(CANDIDATES) and len(final) == 3
     assert {(r["tokens"], r["prompts"]) for r in screen} == {(12, 1)} and {(r["tokens"], r["prompts"]) for r in final} == {(24, 2)}
     for row in tuned.calibration:
         assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
     # the finalists are the best screened, and the choice is the best finalist
     top = sorted(screen, key=lambda r: -r["predicted"])[:3]
-    assert [(r["W"], r["N"], r["G"]) for r in final] == [(r["W"], r["N"], r["G"]) for r in top]
+    assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in top]
     best = max(final, key=lambda r: r["predicted"])
-    assert (tuned.params["W"], tuned.params["N"], tuned.params["G"]) == (best["W"], best["N"], best["G"])
+    assert all(tuned.params[k] == best[k] for k in SHAPE)
     assert tuned.predicted == best["predicted"]
 
 
@@ -38,8 +38,19 @@ def test_auto_decoder_tunes_once_and_stays_exact(tiny):
     prompt = [7, 8, 9, 10, 11] * 5
     dec = build_decoder("lookahead", auto=True)
     res = dec.generate(tiny, prompt, 20)
-    assert dec.tuned is not None and (dec.W, dec.N, dec.G) in {c for c in CANDIDATES}
+    assert dec.tuned is not None and tuple(getattr(dec, k) for k in SHAPE) in set(CANDIDATES)
     assert res.tokens == build_decoder("ar").generate(tiny, prompt, 20).tokens
     first = dec.tuned
     dec.generate(tiny, prompt, 5)
     assert dec.tuned is first  # not re-tuned per generation
+
+
+def test_set_shape_takes_tuned_values_and_tolerates_older_records():
+    dec = build_decoder("lookahead", pool_from_output=True)
+    dec.set_shape({"W": 1, "N": 3, "G": 3, "text_ngram": 7, "step_tokens": 6, "pool_from_output": False})
+    assert (dec.W, dec.N, dec.G, dec.text_ngram, dec.step_tokens) == (1, 3, 3, 7, 6)
+    assert dec.pool_from_output  # the pool flags are the caller's
+    dec.set_shape({"W": 2, "N": 4, "G": 2})  # a manifest written before text_ngram/step_tokens
+    assert (dec.W, dec.N, dec.G, dec.text_ngram, dec.step_tokens) == (2, 4, 2, None, None)
+    with pytest.raises(ValueError, match="step_tokens"):
+        dec.set_shape({"W": 5, "N": 5, "G": 1, "text_ngram": None, "step_tokens": 6})  # W=5, N=5 need 22

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from harness.perf import format_table, parse_wng, summarize
+from harness.perf import format_table, parse_shape, shape_label, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -33,8 +33,11 @@ def test_summarize_speedup_S_roofline_and_overhead():
     assert "| la |" in format_table(list(table.values()))
 
 
-def test_parse_wng():
-    assert parse_wng("1,5,1") == (1, 5, 1)
-    for bad in ("1,5", "a,b,c", "1,5,1,2", "1,-5,1"):
+def test_parse_shape_and_label():
+    assert parse_shape("1,5,1") == {"W": 1, "N": 5, "G": 1, "text_ngram": None, "step_tokens": None}
+    full = parse_shape("1,3,3,7,6")
+    assert full == {"W": 1, "N": 3, "G": 3, "text_ngram": 7, "step_tokens": 6}
+    assert shape_label(full) == "(1,3,3,t7,cap6)" and shape_label(parse_shape("1,5,1")) == "(1,5,1)"
+    for bad in ("1,5", "a,b,c", "1,5,1,2,3,4", "1,-5,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
-            parse_wng(bad)
+            parse_shape(bad)
