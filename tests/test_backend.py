@@ -146,25 +146,61 @@ def test_packed_matmuls_only_where_they_fit():
         pytest.skip("oneDNN-packed matmuls are not available on this machine")
     assert not can_pack(model, memory_bytes=3 * weight_bytes - 1)
     assert can_pack(model, memory_bytes=3 * weight_bytes)
-    be = Backend(model, tokenizer=None, name="tiny")
+    be = Backend(model, tokenizer=None, name="tiny", small_gemm=False)
     assert be._proj[0].qkv.packed is not None  # the tiny model fits: the tests exercise the packed path
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 7, 20])
-def test_plain_and_packed_projections_agree(k):
-    """The F.linear path (GPU, big models) and the packed CPU path give the same logits for every step size."""
+def _with_projections(be: Backend, pack: bool, kernel) -> None:
     from harness.backend import Projection, layer_projections
 
+    be._proj = [layer_projections(layer, pack, kernel) for layer in be.model.model.layers]
+    be._lm_head = Projection.of((be.model.lm_head,), pack, kernel)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 20, 40])
+def test_every_matmul_path_gives_the_same_logits(k):
+    """Plain F.linear (GPU, big models), the oneDNN/MKL CPU paths and our few-row kernel agree for every
+    step size (40 rows: past the kernel's limit, where it hands over to F.linear)."""
+    from harness.backend import can_pack
+    from harness.kernels import load_small_gemm
+
     be = _fresh("sdpa")
-    if be._proj[0].qkv.packed is None:
-        pytest.skip("oneDNN-packed matmuls are not available on this machine")
-    ids = torch.randint(0, 48, (30,), generator=torch.Generator().manual_seed(3))
-    out = []
-    for pack in (True, False):
-        be._proj = [layer_projections(layer, pack) for layer in be.model.model.layers]
-        be._lm_head = Projection.of((be.model.lm_head,), pack)
+    paths = {"plain": (False, None)}
+    if can_pack(be.model):
+        paths["packed"] = (True, None)
+    if load_small_gemm() is not None:
+        paths["kernel"] = (True, load_small_gemm())
+    if len(paths) == 1:
+        pytest.skip("only plain F.linear applies on this machine")
+    ids = torch.randint(0, 48, (50,), generator=torch.Generator().manual_seed(3))
+    out = {}
+    for name, (pack, kernel) in paths.items():
+        _with_projections(be, pack, kernel)
         be.reset(64)
         be.forward(ids[:10], torch.arange(10))
         be.commit()
-        out.append(be.forward(ids[10 : 10 + k], torch.arange(10, 10 + k)))
-    torch.testing.assert_close(out[0], out[1], atol=ATOL, rtol=0)
+        out[name] = be.forward(ids[10 : 10 + k], torch.arange(10, 10 + k))
+    for name in paths:
+        torch.testing.assert_close(out[name], out["plain"], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("n_out, n_in", [(64, 64), (100, 37), (1, 5), (130, 200)])
+def test_small_gemm_kernel(n_out, n_in):
+    """Our kernel equals x @ W^T for any shape (columns padded to its 64-wide blocks and cut back), and a
+    row's result is bitwise the same alone or among up to 32 rows at any offset."""
+    from harness.kernels import load_small_gemm
+
+    kernel = load_small_gemm()
+    if kernel is None:
+        pytest.skip("the few-row kernel does not apply on this machine (needs AVX-512 and a compiler)")
+    g = torch.Generator().manual_seed(n_out)
+    w = torch.randn(n_out, n_in, generator=g)
+    x = torch.randn(32, n_in, generator=g)
+    packed = kernel.pack(w)
+    full = kernel.linear(x, packed, n_out)
+    assert full.shape == (32, n_out)
+    torch.testing.assert_close(full, x @ w.T, atol=1e-4, rtol=1e-5)
+    for rows in (1, 2, 5, 6, 7, 13):
+        for start in (0, 19):
+            assert torch.equal(kernel.linear(x[start : start + rows].contiguous(), packed, n_out),
+                               full[start : start + rows]), (rows, start)
