@@ -50,7 +50,8 @@ def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: i
     """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries.
 
     The sizes are measured round-robin (every k once per repetition, after one untimed round), so a
-    slow spell of the machine raises all of them alike instead of bending the curve.
+    slow spell of the machine raises all of them alike instead of bending the curve; each timed
+    forward follows an untimed one of the same size.
     """
     g = torch.Generator().manual_seed(0)
     vocab = backend.shape.vocab
@@ -66,12 +67,15 @@ def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: i
     times: dict[int, list[float]] = {k: [] for k in ks}
     for rep in range(reps + 1):
         for k in ks:
-            t0 = time.perf_counter()
-            backend.forward(*inputs[k])
-            backend.sync()
-            if rep:  # round 0 is the warm-up
-                times[k].append(time.perf_counter() - t0)
-            backend.commit([])  # forget the new entries
+            # an untimed forward of the same size first: decoding runs like-sized forwards back to
+            # back, while here the previous forward was another size (after k=64, k=1 read cold caches)
+            for timed in (False, True):
+                t0 = time.perf_counter()
+                backend.forward(*inputs[k])
+                backend.sync()
+                if rep and timed:  # round 0 is the warm-up
+                    times[k].append(time.perf_counter() - t0)
+                backend.commit([])  # forget the new entries
     return {k: statistics.median(v) for k, v in times.items()}
 
 

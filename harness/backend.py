@@ -91,7 +91,6 @@ def forward_flops(shape: ModelShape, k: int, cache_len: int, logit_rows: int) ->
 
 
 MIN_GEMM_ROWS = 6  # fewest rows a packed CPU matmul runs with (see Projection)
-SMALL_GEMM_MAX_ROWS = 32  # most rows our float32 kernel takes; more (prefill) go to the library GEMM
 
 
 @dataclass(frozen=True)
@@ -116,14 +115,14 @@ class Projection:
     (checked bitwise by ``tests/test_smollm2.py``); across the two paths the last bits differ, so `ar`
     and a multi-token step agree up to float rounding, as with any batched kernel.
 
-    Float32 on an AVX-512 CPU, best of all: our kernel (``harness/kernels/small_gemm.cpp``) for 1 to
-    ``SMALL_GEMM_MAX_ROWS`` rows, on weights packed once into 64-column blocks. All 210 layer matmuls
-    plus the LM head: 12.2 ms at 1 row, 10.9-12.0 at 2-6, 15.7 at 8, 22.5 at 12, 27.7 at 16, 47 at 32,
-    against MKL ``W @ x^T`` 16 ms at 1-2 rows and oneDNN 18-23 ms at 1-6, 23.5 at 8, 33 at 16 (same
-    session, same inputs). Every row is summed in the same order at every row count, so the 1-row
-    `ar` step and a k-row lookahead step give bitwise equal results for equal rows. Longer inputs
-    (prefill) take plain ``F.linear``, where MKL is efficient. Where the kernel cannot be built, the
-    library paths below stay.
+    Float32 on an AVX-512 CPU, best of all: our kernel (``harness/kernels/small_gemm.cpp``) at every
+    row count, on weights packed once into 64-column blocks. All 210 layer matmuls plus the LM head:
+    12.2 ms at 1 row, 10.9-12.0 at 2-6, 15.7 at 8, 22.5 at 12, 27.7 at 16, 49 at 32, 89 at 64, 436 at
+    300; oneDNN 18-23 ms at 1-6, 23.5 at 8, 33 at 16, 55 at 32, 91 at 64, 415 at 300; MKL ``W @ x^T``
+    16 ms at 1-2 rows; ``F.linear`` 99 ms at 32 rows (same session, same inputs; the machine's timing
+    varies by up to ~30% between sessions). Every row is summed in the same order at every row count,
+    so the 1-row `ar` step, a k-row lookahead step and the prefill give bitwise equal results for
+    equal rows. Where the kernel cannot be built, the library paths below stay.
 
     Memory: one packed copy of every weight (and in float32 one plain copy of the fused q/k/v and
     gate/up), besides the model's own weights; with our kernel, only its packed copy. Elsewhere (CUDA,
@@ -170,7 +169,7 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         k = x.shape[0]
-        if self.small is not None and 0 < k <= SMALL_GEMM_MAX_ROWS:
+        if self.small is not None:
             y = self.kernel.linear(x.contiguous(), self.small, self.out_features)  # [k, out]
             return y if self.bias is None else y + self.bias
         if self.packed is None:

@@ -3,8 +3,9 @@
 Compression S = new tokens / decoding steps is deterministic for greedy float32 decoding on a fixed
 model, prompts and numeric stack, unlike wall time, so CI can hold it to a tight tolerance. The suite
 is the embedded SmolLM2 in float32 on pinned prompts (by example id) from HumanEval, GSM8K and MT-Bench
-(turn 1), decoded by ``ar`` (the reference), ``jacobi`` and ``pld`` and three ``lookahead`` settings (two
-of the paper's, and the small CPU setting with the output pool and context ranking).
+(turn 1), decoded by ``ar`` (the reference), ``jacobi`` and ``pld`` and four ``lookahead`` settings (two
+of the paper's, and two small CPU settings with the output pool and context ranking, one of them with
+7-token prompt/output n-grams and a cap of 8 tokens per step).
 
 Fails (exit 1) when, for any config x task, the aggregate S (sum of tokens / sum of steps over the
 task's prompts) drops by more than the tolerance relative to the baseline, when any greedy output
@@ -100,6 +101,9 @@ def suite_configs() -> list[SuiteConfig]:
         SuiteConfig.of("lookahead(N=5,W=15,G=15)+prompt", "lookahead", N=5, W=15, G=15, pool_from_prompt=True),
         SuiteConfig.of("lookahead(N=5,W=1,G=1)+prompt+output+context", "lookahead", N=5, W=1, G=1,
                        pool_from_prompt=True, pool_from_output=True, pool_context=True),
+        SuiteConfig.of("lookahead(N=3,W=1,G=3,text_ngram=7,step_tokens=8)+prompt+output+context", "lookahead", N=3, W=1, G=3,
+                       pool_from_prompt=True, pool_from_output=True, pool_context=True, text_ngram=7,
+                       step_tokens=8),
     ]
 
 
@@ -215,13 +219,14 @@ class Comparison:
         return not self.failures
 
     def table(self) -> str:
-        header = f"{'config':<48}{'task':<12}{'baseline S':>11}{'now S':>9}{'change':>9}  status"
+        width = max([48] + [len(r.config) + 2 for r in self.rows])
+        header = f"{'config':<{width}}{'task':<12}{'baseline S':>11}{'now S':>9}{'change':>9}  status"
         lines = [header, "-" * len(header)]
         for r in self.rows:
             base = "-" if r.baseline_s is None else f"{r.baseline_s:.3f}"
             now = "-" if r.now_s is None else f"{r.now_s:.3f}"
             pct = "-" if r.change_pct is None else f"{r.change_pct:+.2f}%"
-            lines.append(f"{r.config:<48}{r.task:<12}{base:>11}{now:>9}{pct:>9}  {r.status}")
+            lines.append(f"{r.config:<{width}}{r.task:<12}{base:>11}{now:>9}{pct:>9}  {r.status}")
         lines.append(
             f"tolerance: FAIL when a config x task S (sum tokens / sum steps) drops by more than "
             f"{self.tolerance * 100:g}% relative to the baseline"

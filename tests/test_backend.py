@@ -160,7 +160,7 @@ def _with_projections(be: Backend, pack: bool, kernel) -> None:
 @pytest.mark.parametrize("k", [1, 2, 3, 7, 20, 40])
 def test_every_matmul_path_gives_the_same_logits(k):
     """Plain F.linear (GPU, big models), the oneDNN/MKL CPU paths and our few-row kernel agree for every
-    step size (40 rows: past the kernel's limit, where it hands over to F.linear)."""
+    step size."""
     from harness.backend import can_pack
     from harness.kernels import load_small_gemm
 

@@ -136,8 +136,10 @@ def test_suite_definition():
     configs = {c.label: c for c in suite_configs()}
     assert len(configs) == len(suite_configs())  # labels are unique baseline keys
     la = [c.build() for c in configs.values() if c.decoder == "lookahead"]
-    assert [(d.N, d.W, d.G, d.pool_from_prompt, d.pool_from_output, d.pool_context) for d in la] == [
-        (5, 7, 7, False, False, False), (5, 15, 15, True, False, False), (5, 1, 1, True, True, True)
+    assert [(d.N, d.W, d.G, d.pool_from_prompt, d.pool_from_output, d.pool_context, d.text_ngram,
+             d.step_tokens) for d in la] == [
+        (5, 7, 7, False, False, False, None, None), (5, 15, 15, True, False, False, None, None),
+        (5, 1, 1, True, True, True, None, None), (3, 1, 3, True, True, True, 7, 8),
     ]
     assert DEFAULT_TOLERANCE == 0.02
 

@@ -1,4 +1,4 @@
-"""Our one compiled kernel: the few-row float32 matmul of decoding steps (``small_gemm.cpp``).
+"""Our one compiled kernel: the float32 matmul of decoding steps, built for few rows (``small_gemm.cpp``).
 
 Built on first use with torch's C++ extension loader (about 25 s, then cached under
 ``~/.cache/torch_extensions``). Where it cannot apply (no AVX-512, no compiler, not a CPU) the backend

@@ -1,4 +1,4 @@
-// Few-row float32 matmul for decoding steps on AVX-512 CPUs: y[M, N] = x[M, K] @ W[N, K]^T, M small.
+// Float32 matmul for decoding on AVX-512 CPUs: y[M, N] = x[M, K] @ W[N, K]^T, built for small M.
 //
 // Why: a decoding step multiplies 1-32 rows by every weight matrix, so its cost is streaming the
 // weights from memory once. Library GEMMs either re-lay the weights out per call or take slower paths
@@ -9,6 +9,8 @@
 // Each output element is ONE fp32 accumulator summed over k = 0..K-1 in order, whatever M is and
 // whichever tile a row falls in, so a row's result is bitwise independent of the other rows: a
 // 1-token autoregressive step and a 6-token lookahead step compute identical logits for a shared row.
+// Large M (prefill) tiles the rows by 6 against each block while it sits in L2: about as fast as oneDNN
+// up to a few hundred rows (measured in harness/backend.py, Projection).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
