@@ -34,8 +34,9 @@ CONFIGS: list[tuple[str, dict]] = [
     ("jacobi", {"window": 5}),
     ("pld", {"max_ngram": 3, "num_pred": 10}),
     ("lookahead", {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}),
-    # the small window the auto-tuner picks on a 2-core CPU, where a step's cost grows fast with its tokens
-    ("lookahead", {"W": 1, "N": 5, "G": 1, "pool_from_prompt": True, "pool_from_output": True, "pool_context": True}),
+    # the shape the auto-tuner picks most on a 2-core CPU: a small window, long prompt/output n-grams
+    ("lookahead", {"W": 1, "N": 3, "G": 1, "text_ngram": 7, "pool_from_prompt": True, "pool_from_output": True,
+                   "pool_context": True}),
 ]
 
 

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
 
+# measured from scratch: harness.run resumes a folder's records, so old ones would be kept, not re-timed
+rm -rf results/ablation results/scaling results/sampling
+
 # Paper Table 3 rows on MT-Bench: 2 questions x 2 turns, 64 new tokens per turn
 $PY -m harness.run +experiment=ablation limit=2 max_new_tokens=64 data_dir=$DATA results_dir=results/ablation
 $PY -m harness.tables ablation results/ablation --out results/ablation/analysis
