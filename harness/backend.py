@@ -141,27 +141,20 @@ class Projection:
     def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool, kernel: Any = None) -> Projection:
         """``pack``: use the oneDNN/MKL CPU paths; ``kernel``: our few-row kernel (float32), which
         then replaces them."""
-        if kernel is not None:
-            with torch.inference_mode():
-                weight = torch.cat([m.weight.detach() for m in linears])  # [out, in]
-                bias = None
-                if any(m.bias is not None for m in linears):
-                    bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
-                                      for m in linears])
-                return cls(linears, bias=bias, small=kernel.pack(weight), kernel=kernel)
-        if not pack:
+        if kernel is None and not pack:
             return cls(linears)
         with torch.inference_mode():
             weights = [m.weight.detach() for m in linears]
             weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # [out, in]
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-            if weight.dtype != torch.float32:
-                weight = None  # only float32 runs 1-2 rows as W @ x^T
             bias = None
             if any(m.bias is not None for m in linears):
                 bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
                                   for m in linears])
-        return cls(linears, weight, packed, bias)
+            if kernel is not None:
+                return cls(linears, bias=bias, small=kernel.pack(weight), kernel=kernel)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        # only float32 runs 1-2 rows as W @ x^T
+        return cls(linears, weight if weight.dtype == torch.float32 else None, packed, bias)
 
     @property
     def out_features(self) -> int:
