@@ -59,12 +59,15 @@ def main(argv: list[str] | None = None) -> None:
         k: encode_prompt(Prompt(messages=[{"role": "user", "content": v}]), backend.tokenizer)
         for k, v in BUILTIN_PROMPTS.items()
     }
-    header = f"{'prompt':<14}{'decoder':<86}{'tokens':>7}{'steps':>7}{'S':>7}{'tok/s':>8}{'speedup':>9}  exact"
+    labels = [name + ("" if not params else "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")")
+              for name, params in CONFIGS]
+    width = max(len(x) for x in labels) + 2
+    header = f"{'prompt':<14}{'decoder':<{width}}{'tokens':>7}{'steps':>7}{'S':>7}{'tok/s':>8}{'speedup':>9}  exact"
     print(f"\n{args.device.upper()} timings, {args.dtype}, max_new_tokens={args.max_new_tokens}; "
           f"S = new tokens / decoding steps (prefill not counted)\n" + header + "\n" + "-" * len(header))
     for kind, ids in prompts.items():
         ref_tokens, ref_time = None, None
-        for name, params in CONFIGS:
+        for (name, params), label in zip(CONFIGS, labels):
             dec = build_decoder(name, **params)
             dec.generate(backend, ids, min(16, args.max_new_tokens))  # warm-up, untimed
             runs = [dec.generate(backend, ids, args.max_new_tokens) for _ in range(args.repeats)]
@@ -72,9 +75,8 @@ def main(argv: list[str] | None = None) -> None:
             secs = statistics.median(r.decode_s for r in runs)
             if name == "ar":
                 ref_tokens, ref_time = res.tokens, secs
-            label = name + ("" if not params else "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")")
             print(
-                f"{kind:<14}{label:<86}{len(res.tokens):>7}{res.steps:>7}{res.compression:>7.2f}"
+                f"{kind:<14}{label:<{width}}{len(res.tokens):>7}{res.steps:>7}{res.compression:>7.2f}"
                 f"{len(res.tokens) / secs:>8.1f}{ref_time / secs:>8.2f}x  {'yes' if res.tokens == ref_tokens else 'NO'}"
             )
 
