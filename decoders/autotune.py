@@ -1,11 +1,11 @@
 """Choose lookahead's (W, N, G, text_ngram, step_tokens) for this machine: maximise predicted speedup.
 
 A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1), and within the cap)
-tokens and costs t(k); autoregressive decoding costs t(1) per token. So a configuration's speedup is about S x t(1) / t(k). We measure the
-latency curve t(k) on the backend, measure S and the mean k of each candidate on calibration runs
-(greedy; a short screening run of every candidate, then the best few at the job's length, see
-SCREEN_TOKENS), predict ``S * t(1) / t(k_mean)`` and keep the best. The prediction is reported beside
-what the full run then measures.
+tokens and costs t(k); autoregressive decoding costs t(1) per token. So a configuration's speedup is
+about S x t(1) / t(k). We measure the latency curve t(k) on the backend, measure S and the mean k of
+each candidate on calibration runs (greedy; a short screening run of every candidate, then the best few
+at the job's length, see SCREEN_TOKENS), predict ``S * t(1) / t(k_mean)`` and keep the best. The
+prediction is reported beside what the full run then measures.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 # every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
 FINALISTS = 4
-# fine steps up to 12: on a CPU the cost jumps between neighbouring sizes (here 6 -> 7 tokens, where a
-# packed matmul needs a second block of rows), and interpolating across a jump would hide it
+# fine steps up to 12: on a CPU the cost jumps between neighbouring sizes (here 6 -> 7 tokens, where
+# the matmul needs a second tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # What the tuner sets; the pool flags (pool_from_prompt/output, pool_context) stay the caller's.
 SHAPE = ("W", "N", "G", "text_ngram", "step_tokens")

@@ -17,7 +17,8 @@ model repeats (code, quoted phrases) runs on for many tokens, so those drafts pa
 pooled n-grams fill the tree in rank order and the one that would overflow is cut short. Why: on a CPU
 a forward's cost rises in steps with its token count (``python -m harness.perf`` prints t(k)), so a
 cap at the end of a step keeps every forward on the cheaper side of it while G > 1 fills what is left.
-``auto`` picks (W, N, G) for this machine before the first generation (see ``decoders/autotune.py``).
+``auto`` picks (W, N, G, text_ngram, step_tokens) for this machine before the first generation (see
+``decoders/autotune.py``).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class LookaheadDecoder(Decoder):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
     def tune(self, backend: Backend, prompts: list[list[int]], max_new_tokens: int) -> None:
-        """Set W, N, G, text_ngram and step_tokens to the auto-tuner's choice for this backend, calibrated on ``prompts`` at the
-        generation length that will be used."""
+        """Set W, N, G, text_ngram and step_tokens to the auto-tuner's choice for this backend,
+        calibrated on ``prompts`` at the generation length that will be used."""
         from decoders.autotune import autotune
 
         self.tuned = autotune(
@@ -112,7 +113,7 @@ class LookaheadDecoder(Decoder):
 
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
         prev = seq[-2] if len(seq) > 1 else None
-        room = None if self.step_tokens is None else self.step_tokens - 1 - len(state.window.tokens())
+        room = None if self.step_tokens is None else self.step_tokens - 1 - state.window.size
         return Proposal(DraftTree.from_chains(state.pool.get(seq[-1], prev), room), state.window)
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:

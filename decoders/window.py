@@ -33,6 +33,11 @@ class LookaheadWindow:
     def full(self) -> bool:
         return len(self.levels) == self.N - 1
 
+    @property
+    def size(self) -> int:
+        """Tokens the window feeds this step (W per level filled so far)."""
+        return self.W * len(self.levels)
+
     def tokens(self) -> list[int]:
         """Window tokens, level-major: level 0 columns 0..W-1, then level 1, ..."""
         return [t for level in self.levels for t in level]

@@ -101,9 +101,9 @@ def suite_configs() -> list[SuiteConfig]:
         SuiteConfig.of("lookahead(N=5,W=15,G=15)+prompt", "lookahead", N=5, W=15, G=15, pool_from_prompt=True),
         SuiteConfig.of("lookahead(N=5,W=1,G=1)+prompt+output+context", "lookahead", N=5, W=1, G=1,
                        pool_from_prompt=True, pool_from_output=True, pool_context=True),
-        SuiteConfig.of("lookahead(N=3,W=1,G=3,text_ngram=7,step_tokens=8)+prompt+output+context", "lookahead", N=3, W=1, G=3,
-                       pool_from_prompt=True, pool_from_output=True, pool_context=True, text_ngram=7,
-                       step_tokens=8),
+        SuiteConfig.of("lookahead(N=3,W=1,G=3,text_ngram=7,step_tokens=8)+prompt+output+context", "lookahead",
+                       N=3, W=1, G=3, pool_from_prompt=True, pool_from_output=True, pool_context=True,
+                       text_ngram=7, step_tokens=8),
     ]
 
 
