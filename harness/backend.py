@@ -33,6 +33,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ class Projection:
     16 ms at 1-2 rows; ``F.linear`` 99 ms at 32 rows (same session, same inputs; the machine's timing
     varies by up to ~30% between sessions). Every row is summed in the same order at every row count,
     so the 1-row `ar` step, a k-row lookahead step and the prefill give bitwise equal results for
-    equal rows. Where the kernel cannot be built, the library paths below stay.
+    equal rows. Where the kernel cannot be built, the library paths above stay.
 
     Memory: one packed copy of every weight (and in float32 one plain copy of the fused q/k/v and
     gate/up), besides the model's own weights; with our kernel, only its packed copy. Elsewhere (CUDA,
@@ -156,7 +157,7 @@ class Projection:
         # only float32 runs 1-2 rows as W @ x^T
         return cls(linears, weight if weight.dtype == torch.float32 else None, packed, bias)
 
-    @property
+    @cached_property  # read on every kernel call: summed once
     def out_features(self) -> int:
         return sum(m.out_features for m in self.linears)
 

@@ -1,8 +1,9 @@
 """Our one compiled kernel: the float32 matmul of decoding steps, built for few rows (``small_gemm.cpp``).
 
 Built on first use with torch's C++ extension loader (about 25 s, then cached under
-``~/.cache/torch_extensions``). Where it cannot apply (no AVX-512, no compiler, not a CPU) the backend
-keeps its library matmuls; :func:`load_small_gemm` says why once and returns None.
+``~/.cache/torch_extensions``). Where it cannot apply the backend keeps its library matmuls:
+:func:`load_small_gemm` returns None, silently on a CPU without AVX-512, with a one-line note on stderr
+when the build fails (no compiler, ninja or headers).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ SOURCE = Path(__file__).with_name("small_gemm.cpp")
 
 @lru_cache(maxsize=1)  # one build per process; the loader also caches across processes
 def load_small_gemm() -> ModuleType | None:
-    """The compiled module, or None (with a one-line note on stderr) where it cannot be used."""
+    """The compiled module, or None where it cannot be used."""
     if torch.backends.cpu.get_cpu_capability() != "AVX512":
         return None  # the kernel is written for AVX-512; other CPUs keep the library matmuls
     try:
