@@ -1,6 +1,7 @@
 """Decoders: one file each, all sharing the generate loop, draft trees and verification in base/tree.
 
 ``build_decoder(name, **params)`` is the one entry point; ``DECODERS`` maps names to classes.
+``lookahead`` with ``auto=True`` is built as :class:`AutoTunedLookahead`, which tunes its shape first.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from decoders.ar import AutoregressiveDecoder
+from decoders.autotune import AutoTunedLookahead
 from decoders.base import DecodeResult, Decoder
 from decoders.jacobi import JacobiDecoder
 from decoders.lookahead import LookaheadDecoder
@@ -23,6 +25,8 @@ def build_decoder(name: str, **params: Any) -> Decoder:
     cls = DECODERS.get(name)
     if cls is None:
         raise ValueError(f"unknown decoder {name!r}; choose one of {sorted(DECODERS)}")
+    if cls is LookaheadDecoder and params.get("auto") is True:
+        cls = AutoTunedLookahead
     try:
         return cls(**params)
     except TypeError as err:
@@ -30,6 +34,6 @@ def build_decoder(name: str, **params: Any) -> Decoder:
 
 
 __all__ = [
-    "DECODERS", "AutoregressiveDecoder", "DecodeResult", "Decoder", "JacobiDecoder", "LookaheadDecoder",
+    "DECODERS", "AutoTunedLookahead", "AutoregressiveDecoder", "DecodeResult", "Decoder", "JacobiDecoder", "LookaheadDecoder",
     "PromptLookupDecoder", "build_decoder",
 ]

@@ -18,25 +18,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from decoders.base import DecodeResult
+from decoders.lookahead import SHAPE, LookaheadDecoder
+
 if TYPE_CHECKING:
-    from harness.backend import Backend
+    from harness.runtime.backend import Backend
 
 # Calibration is two rounds. Screening: every candidate on the first prompt for SCREEN_TOKENS tokens.
 # Final: the FINALISTS best on every calibration prompt for the job's own length. Why the long final
-# round: S rises over a generation as the pool fills with the answer's own n-grams (HumanEval, W=1
-# N=4 G=1: S 1.48 over the first 48 tokens of 2 prompts, 2.33 over 256 tokens of 4), and not alike for
+# round: S rises over a generation as the pool fills with the answer's own n-grams, and not alike for
 # every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
 FINALISTS = 4
-# fine steps up to 12: on a CPU the cost jumps between neighbouring sizes (here 6 -> 7 tokens, where
-# the matmul needs a second tile of rows), and interpolating across a jump would hide it
+# fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
+# another tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
-# What the tuner sets; the pool flags (pool_from_prompt/output, pool_context) stay the caller's.
-SHAPE = ("W", "N", "G", "text_ngram", "step_tokens")
 # (W, N, G, text_ngram, step_tokens), from small steps to large. On a CPU, where t(k) grows early, the
 # small ones win; on a GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The
-# long text n-grams (7-8) pay on code and quoted text; the caps at 6 and 8 tokens sit just below cost
-# steps of the curve measured here (a cap that is not below a step on some machine simply loses).
+# long text n-grams (7-8) pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost
+# steps of a 6-row matmul tile (a cap that is not below a step on some machine simply loses).
 CANDIDATES = (
     (1, 3, 1, None, None), (1, 4, 1, None, None), (1, 5, 1, None, None), (1, 6, 1, None, None),
     (1, 4, 2, None, None), (2, 4, 2, None, None), (2, 5, 2, None, None),
@@ -95,8 +95,6 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
                flags: dict[str, bool], shape: dict[str, Any]) -> dict[str, Any]:
     """Measured S and mean tokens per step of one candidate (``shape``: SHAPE's values), and its
     predicted speedup."""
-    from decoders.lookahead import LookaheadDecoder
-
     dec = LookaheadDecoder(**shape, **flags)
     tokens = steps = fed = 0
     for ids in prompts:
@@ -140,3 +138,22 @@ def autotune(
     best = max(final, key=lambda r: r["predicted"])
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final)
+
+
+class AutoTunedLookahead(LookaheadDecoder):
+    """Lookahead with ``auto=true``: tunes its SHAPE on the first prompt it decodes, unless the
+    caller tuned it first with :meth:`tune` (the runner does, on the job's own prompts)."""
+
+    def tune(self, backend: Backend, prompts: list[list[int]], max_new_tokens: int) -> None:
+        """Set SHAPE to the auto-tuner's choice for this backend, calibrated on ``prompts`` at the
+        generation length that will be used."""
+        self.tuned = autotune(
+            backend, prompts, max_new_tokens=max_new_tokens, pool_from_prompt=self.pool_from_prompt,
+            pool_from_output=self.pool_from_output, pool_context=self.pool_context,
+        )
+        self.set_shape(self.tuned.params)
+
+    def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
+        if self.tuned is None:
+            self.tune(backend, [list(prompt_ids)], max_new_tokens)
+        return super().generate(backend, prompt_ids, max_new_tokens, **kw)

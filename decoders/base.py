@@ -26,7 +26,7 @@ from decoders.tree import DraftTree, Verdict, verify_greedy, verify_sampling
 from decoders.window import LookaheadWindow
 
 if TYPE_CHECKING:
-    from harness.backend import Backend
+    from harness.runtime.backend import Backend
 
 
 @dataclass
@@ -52,7 +52,12 @@ class DecodeResult:
 
     @property
     def output_hash(self) -> str:
-        return hashlib.sha1(",".join(map(str, self.tokens)).encode()).hexdigest()
+        return token_hash(self.tokens)
+
+
+def token_hash(tokens: list[int]) -> str:
+    """Identity of a token sequence: equal hashes are the exactness test against ``ar``."""
+    return hashlib.sha1(",".join(map(str, tokens)).encode()).hexdigest()
 
 
 @dataclass

@@ -17,24 +17,25 @@ model repeats (code, quoted phrases) runs on for many tokens, so those drafts pa
 pooled n-grams fill the tree in rank order and the one that would overflow is cut short. Why: on a CPU
 a forward's cost rises in steps with its token count (``python -m harness.perf`` prints t(k)), so a
 cap at the end of a step keeps every forward on the cheaper side of it while G > 1 fills what is left.
-``auto`` picks (W, N, G, text_ngram, step_tokens) for this machine before the first generation (see
-``decoders/autotune.py``).
+``auto`` picks (W, N, G, text_ngram, step_tokens) for this machine before the first generation:
+``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
+module, never the reverse).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
-from decoders.base import DecodeResult, Decoder, Proposal, StepOutput, check_int
+from decoders.base import Decoder, Proposal, StepOutput, check_int
 from decoders.pool import NgramPool
 from decoders.tree import DraftTree
 from decoders.window import LookaheadWindow
 
-if TYPE_CHECKING:
-    from harness.backend import Backend
+# The parameters the auto-tuner sets; the pool flags stay the caller's.
+SHAPE = ("W", "N", "G", "text_ngram", "step_tokens")
 
 
 @dataclass
@@ -70,31 +71,13 @@ class LookaheadDecoder(Decoder):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
-    def tune(self, backend: Backend, prompts: list[list[int]], max_new_tokens: int) -> None:
-        """Set W, N, G, text_ngram and step_tokens to the auto-tuner's choice for this backend,
-        calibrated on ``prompts`` at the generation length that will be used."""
-        from decoders.autotune import autotune
-
-        self.tuned = autotune(
-            backend, prompts, max_new_tokens=max_new_tokens, pool_from_prompt=self.pool_from_prompt,
-            pool_from_output=self.pool_from_output, pool_context=self.pool_context,
-        )
-        self.set_shape(self.tuned.params)
-
     def set_shape(self, params: dict[str, Any]) -> None:
-        """Take the tuned values (autotune.SHAPE) from ``params``; the pool flags stay as they are. A
-        record from before text_ngram/step_tokens existed lacks them: they take their defaults."""
-        from decoders.autotune import SHAPE
-
+        """Take the tuned values (SHAPE) from ``params``; the pool flags stay as they are. A record from
+        before text_ngram/step_tokens existed lacks them: they take their defaults."""
         defaults = {f.name: f.default for f in fields(self)}
         for k in SHAPE:
             setattr(self, k, params.get(k, defaults[k]))
         self.__post_init__()
-
-    def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
-        if self.auto and self.tuned is None:
-            self.tune(backend, [list(prompt_ids)], max_new_tokens)
-        return super().generate(backend, prompt_ids, max_new_tokens, **kw)
 
     @property
     def text_n(self) -> int:

@@ -1,22 +1,27 @@
-"""lookahead-bench harness: the shared model backend, the runner, records and analysis.
+"""lookahead-bench harness: the model runtime, the job pipeline, records and analysis.
 
-``load_backend`` is imported lazily so that analysis modules (records, report, fit, tables, plots)
-import without torch: a notebook can redraw every figure from a results folder on a laptop.
+Layout (who may import whom, top to bottom):
+
+- ``runtime/``: the one LLaMA backend, its matmul paths and kernels, FLOPs, loading (torch).
+- ``jobs.py``: the one decode-and-record step that run, perf and regression share.
+- ``records.py``: storage (records, manifests, locks); no torch.
+- ``analysis/``: report, fit, tables, plots; records in, figures out; no torch.
+- entry points: ``run`` (+ ``config``), ``demo``, ``perf``, ``regression``, ``report``, ``fit``, ``tables``.
+
+``load_backend`` is resolved lazily so that ``import harness`` (and every analysis module) works
+without torch: a notebook can redraw every figure from a results folder on a laptop.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from harness.backend import Backend
-
-
-def load_backend(name_or_path: str = "smollm2", dtype: str = "float32", device: str = "cpu", attn: str = "sdpa") -> Backend:
-    """Load a LLaMA-family model into the shared backend (see :func:`harness.backend.load_backend`)."""
-    from harness.backend import load_backend as _load
-
-    return _load(name_or_path, dtype=dtype, device=device, attn=attn)
-
+from typing import Any
 
 __all__ = ["load_backend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_backend":  # harness.runtime.loading.load_backend, imported on first use
+        from harness.runtime.loading import load_backend
+
+        return load_backend
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from decoders.autotune import SHAPE, autotune, interp_latency, latency_curve
+from decoders.autotune import autotune, interp_latency, latency_curve
+from decoders.base import token_hash
+from decoders.lookahead import SHAPE
+from harness.analysis.compare import against_reference
+from harness.jobs import measure
+from harness.records import compression
+from tasks.data import SHARED_DATA_DIR
 
 
 @dataclass
@@ -43,11 +49,8 @@ class Method:
 
 def ours(backend, decoder) -> Callable[[list[int], int], dict[str, Any]]:
     def go(ids: list[int], max_new: int) -> dict[str, Any]:
-        r = decoder.generate(backend, ids, max_new)
-        return {
-            "tokens": r.tokens, "total_s": r.prefill_s + r.decode_s, "decode_s": r.decode_s,
-            "steps": r.steps, "input_tokens": r.input_tokens, "forward_s": r.forward_s,
-        }
+        _, m = measure(decoder, backend, ids, max_new)
+        return {**m, "total_s": m["prefill_s"] + m["decode_s"]}
     return go
 
 
@@ -63,7 +66,8 @@ def transformers_generate(backend, **kw: Any) -> Callable[[list[int], int], dict
                 pad_token_id=backend.tokenizer.eos_token_id, **kw,
             )
         backend.sync()
-        return {"tokens": out[0, len(ids):].tolist(), "total_s": time.perf_counter() - t0}
+        tokens = out[0, len(ids):].tolist()
+        return {"new_tokens": len(tokens), "output_hash": token_hash(tokens), "total_s": time.perf_counter() - t0}
     return go
 
 
@@ -83,29 +87,24 @@ def task_prompts(task_name: str, n: int, data_dir: str | None, tokenizer, max_pr
 
 def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[str, Any]]:
     """Per method: aggregate and per-prompt figures against our `ar` on the same prompts."""
-    by = {}
-    for r in rows:
-        by.setdefault(r["method"], []).append(r)
-    ar = {r["prompt"]: r for r in by["ar"]}
+    import pandas as pd
+
+    paired = against_reference(pd.DataFrame(rows), ["prompt"], time_col="total_s", by="method")
     t1 = curve[1]
     table = []
-    for name, rs in by.items():
-        toks = sum(len(r["tokens"]) for r in rs)
-        total = sum(r["total_s"] for r in rs)
-        ratios = [ar[r["prompt"]]["total_s"] / r["total_s"] for r in rs]
+    for name, rs in paired.groupby("method", sort=False):
+        toks = rs["new_tokens"].sum()
         row: dict[str, Any] = {
-            "method": name, "prompts": len(rs), "tokens": toks, "tok_per_s": toks / total,
-            "speedup": sum(ar[r["prompt"]]["total_s"] for r in rs) / total,
-            "speedup_median": statistics.median(ratios),
-            "exact": sum(r["tokens"] == ar[r["prompt"]]["tokens"] for r in rs) / len(rs),
+            "method": name, "prompts": len(rs), "tokens": int(toks), "tok_per_s": toks / rs["total_s"].sum(),
+            "speedup": rs["ref_total_s"].sum() / rs["total_s"].sum(),
+            "speedup_median": statistics.median(rs["speedup"]), "exact": rs["exact"].mean(),
         }
-        if "steps" in rs[0]:
-            steps = sum(r["steps"] for r in rs)
-            fed = [k for r in rs for k in r["input_tokens"]]
+        if "steps" in rs and rs["steps"].notna().all():
+            fed = [k for ks in rs["input_tokens"] for k in ks]
             ideal = sum(interp_latency(curve, k) for k in fed)
             row.update({
-                "S": toks / steps, "k_mean": sum(fed) / len(fed), "roofline": toks * t1 / ideal,
-                "overhead": 1 - sum(r["forward_s"] for r in rs) / sum(r["decode_s"] for r in rs),
+                "S": compression(toks, rs["steps"].sum()), "k_mean": sum(fed) / len(fed), "roofline": toks * t1 / ideal,
+                "overhead": 1 - rs["forward_s"].sum() / rs["decode_s"].sum(),
             })
             row["of_roofline"] = row["speedup"] / row["roofline"]
         table.append(row)
@@ -116,7 +115,7 @@ def format_table(table: list[dict[str, Any]]) -> str:
     """Markdown, ratios rounded to 2 decimals (the report's renderer)."""
     import pandas as pd
 
-    from harness.report import to_markdown
+    from harness.analysis.io import to_markdown
 
     cols = ["method", "prompts", "tok_per_s", "speedup", "speedup_median", "S", "k_mean", "roofline",
             "of_roofline", "overhead", "exact"]
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--cache-len", type=int, default=300)
-    ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
     ap.add_argument("--calibration-prompts", type=int, default=2,
                     help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")

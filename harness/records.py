@@ -55,6 +55,14 @@ PARAM_ORDER: tuple[str, ...] = ("W", "N", "G", "window", "max_ngram", "num_pred"
 Key = tuple[str, str, int]
 
 
+def compression(tokens: Any, steps: Any) -> Any:
+    """S = new tokens / decoding steps (prefill is not a step). The one formula, for numbers (0 for no
+    steps) and for pandas columns (NaN for no steps)."""
+    if isinstance(steps, pd.Series):
+        return tokens / steps.where(steps != 0)
+    return tokens / steps if steps else 0.0
+
+
 class RecordsError(Exception):
     """Records cannot be found, parsed or trusted; the message says where and why."""
 

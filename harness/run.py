@@ -26,7 +26,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import register_configs
-from harness.records import RecordsError, RecordWriter, config_label, read_manifest, write_manifest
+from harness.jobs import measure
+from harness.records import RecordsError, compression, RecordWriter, config_label, read_manifest, write_manifest
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "lookahead-bench")
@@ -129,7 +130,7 @@ def manifest(job: Job, backend) -> dict[str, Any]:
 def _autotune(job: Job, backend) -> dict[str, Any]:
     """Tune lookahead's shape (W, N, G, text_ngram, step_tokens) on the job's first two prompts, or
     reuse the choice of an interrupted run of the same job (so a resumed run keeps one configuration)."""
-    from decoders.autotune import SHAPE
+    from decoders.lookahead import SHAPE
     from tasks import encode_prompt
 
     try:
@@ -193,16 +194,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 if not warmed:
                     job.decoder.generate(backend, ids, min(cfg.warmup_tokens, job.max_new_tokens), **sampling)
                     warmed = True
-                res = job.decoder.generate(backend, ids, job.max_new_tokens, **sampling)
+                res, measured = measure(job.decoder, backend, ids, job.max_new_tokens, **sampling)
                 text = tok.decode(res.tokens, skip_special_tokens=True)
                 history.append(text)
                 last = turn == job.task.num_turns(ex) - 1
                 writer.write({
-                    **base, "status": "ok", "new_tokens": len(res.tokens), "steps": res.steps,
-                    "accepted": res.accepted, "input_tokens": res.input_tokens, "flops": sum(res.flops),
-                    "prefill_flops": res.prefill_flops, "prefill_s": res.prefill_s, "decode_s": res.decode_s,
-                    "forward_s": res.forward_s,
-                    "stop_reason": res.stop_reason, "text": text, "output_hash": res.output_hash,
+                    **base, "status": "ok", **measured, "text": text,
                     "scores": job.task.score(ex, history) if last else {},
                 })
                 counts["done"] += 1
@@ -218,7 +215,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         writer.close()
     summary = {
         "run_dir": str(job.run_dir), **counts, "new_tokens": tokens, "steps": steps,
-        "S": tokens / steps if steps else None, "tokens_per_s": tokens / secs if secs else None,
+        "S": compression(tokens, steps) if steps else None, "tokens_per_s": tokens / secs if secs else None,
     }
     s_txt = f"{summary['S']:.3f}" if steps else "n/a"
     tps = f"{summary['tokens_per_s']:.1f}" if secs else "n/a"
@@ -236,7 +233,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from harness.backend import ModelLoadError
+    from harness.runtime.backend import ModelLoadError
 
     try:
         run(cfg)

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 DATA_DIR_ENV = "LOOKAHEAD_DATA_DIR"
+#: The offline copies beside a checkout (``../shared/data``): the default of ``perf``, ``regression``
+#: and the tests, which must run without the hub.
+SHARED_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 class DatasetUnavailable(RuntimeError):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, SHAPE, autotune, interp_latency, latency_curve
+from decoders.autotune import CANDIDATES, autotune, interp_latency, latency_curve
+from decoders.lookahead import SHAPE
 
 
 def test_latency_curve_shape(tiny):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.backend import Backend, forward_flops
+from harness.runtime.backend import Backend
+from harness.runtime.flops import forward_flops
 from tiny import tiny_model
 
 ATOL = 1e-4
@@ -138,7 +139,7 @@ def test_rollback_bounds():
 def test_packed_matmuls_only_where_they_fit():
     """The packed CPU path holds a second copy of the weights: used when 3x the weights fit in memory,
     skipped otherwise (the forward then runs plain F.linear and still matches transformers)."""
-    from harness.backend import can_pack
+    from harness.runtime.matmul import can_pack
 
     model = tiny_model(1, attn_implementation="sdpa")
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -151,7 +152,7 @@ def test_packed_matmuls_only_where_they_fit():
 
 
 def _with_projections(be: Backend, pack: bool, kernel) -> None:
-    from harness.backend import Projection, layer_projections
+    from harness.runtime.matmul import Projection, layer_projections
 
     be._proj = [layer_projections(layer, pack, kernel) for layer in be.model.model.layers]
     be._lm_head = Projection.of((be.model.lm_head,), pack, kernel)
@@ -161,7 +162,7 @@ def _with_projections(be: Backend, pack: bool, kernel) -> None:
 def test_every_matmul_path_gives_the_same_logits(k):
     """Plain F.linear (GPU, big models), the oneDNN/MKL CPU paths and our few-row kernel agree for every
     step size."""
-    from harness.backend import can_pack
+    from harness.runtime.matmul import can_pack
     from harness.kernels import load_small_gemm
 
     be = _fresh("sdpa")

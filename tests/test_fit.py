@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.fit import (
+from harness.fit import main
+from harness.analysis.fit import (
     PAPER_FIT,
     config_points,
     expected_tokens,
@@ -16,7 +17,6 @@ from harness.fit import (
     fit_points,
     fit_scaling_law,
     loglinear_trend,
-    main,
     predicted_S,
 )
 from harness.records import load_records

@@ -10,8 +10,9 @@ import pytest
 from matplotlib.figure import Figure
 from nbclient import NotebookClient
 
-from harness import plots, tables
-from harness.fit import fit_scaling_law
+from harness.analysis import plots, tables
+from harness.analysis.fit import fit_scaling_law
+from harness.analysis.io import save_figure
 from harness.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,5 +81,5 @@ def test_plot_functions_render_png(tmp_path: Path) -> None:
     }
     for name, fig in figures.items():
         assert isinstance(fig, Figure)
-        out = plots.save(fig, tmp_path / "figs" / f"{name}.png")
+        out = save_figure(fig, tmp_path / "figs" / f"{name}.png")
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out) > 1000

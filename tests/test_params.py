@@ -50,7 +50,7 @@ def test_bad_generate_args(tiny):
 
 def test_unknown_model_and_dtype():
     from harness import load_backend
-    from harness.backend import ModelLoadError
+    from harness.runtime.backend import ModelLoadError
 
     with pytest.raises(ValueError, match="dtype"):
         load_backend("smollm2", dtype="int3")

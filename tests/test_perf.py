@@ -6,14 +6,15 @@ import argparse
 
 import pytest
 
+from decoders.base import token_hash
 from harness.perf import format_table, parse_shape, shape_label, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
 
 def _ours(prompt, tokens, total_s, inputs, forward_s):
-    return {"prompt": prompt, "tokens": tokens, "total_s": total_s, "decode_s": total_s, "steps": len(inputs),
-            "input_tokens": inputs, "forward_s": forward_s}
+    return {"prompt": prompt, "new_tokens": len(tokens), "output_hash": token_hash(tokens), "total_s": total_s,
+            "decode_s": total_s, "steps": len(inputs), "input_tokens": inputs, "forward_s": forward_s}
 
 
 def test_summarize_speedup_S_roofline_and_overhead():
@@ -22,7 +23,8 @@ def test_summarize_speedup_S_roofline_and_overhead():
         {"method": "ar", **_ours(0, toks, 0.080, [1] * 8, 0.080)},
         # 8 tokens in 2 steps of 4 fed tokens each: S 4, roofline 8 * t(1) / (2 * t(4)) = 2
         {"method": "la", **_ours(0, toks, 0.050, [4, 4], 0.045)},
-        {"method": "hf", "prompt": 0, "tokens": toks[:7] + [99], "total_s": 0.160},  # no step counts
+        {"method": "hf", "prompt": 0, "new_tokens": 8, "output_hash": token_hash(toks[:7] + [99]),
+         "total_s": 0.160},  # no step counts
     ]
     table = {r["method"]: r for r in summarize(rows, CURVE)}
     la = table["la"]

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from harness.records import RecordWriter, load_records
-from harness.report import build_report, main, missing_baseline_note, render_report
+from harness.analysis.report import build_report, missing_baseline_note, render_report
+from harness.report import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 LA = {"W": 5, "N": 3, "G": 5, "pool_from_prompt": False}

@@ -20,9 +20,9 @@ from hydra.errors import ConfigCompositionException
 from harness.records import load_records
 from harness.run import CONF_DIR, UserError, prepare, run
 from tasks import TASKS
+from tasks.data import SHARED_DATA_DIR as DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"offline datasets not found at {DATA}")
 
 
@@ -31,7 +31,7 @@ def tiny_ckpt(tmp_path_factory) -> str:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.backend import embedded_checkpoint
+    from harness.runtime.loading import embedded_checkpoint
 
     tok = AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2"))
     torch.manual_seed(0)

@@ -29,7 +29,7 @@ from decoders import DECODERS, build_decoder
 from decoders.base import Decoder
 from decoders.sampling import SamplingParams, target_probs
 from decoders.tree import DraftTree, Verdict, verify_sampling
-from harness.backend import Backend
+from harness.runtime.backend import Backend
 from tiny import tiny_model
 
 SAME = 1e-3  # p-value above which a distribution counts as matching

@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 
 from harness.records import load_records
-from harness.tables import ABLATION_ROWS, ablation_table, main, paired_t_ci, sampling_table
+from harness.analysis.tables import ABLATION_ROWS, ablation_table, paired_t_ci, sampling_table
+from harness.tables import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 

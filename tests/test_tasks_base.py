@@ -14,9 +14,9 @@ import tasks
 from tasks import TASKS, DatasetUnavailable, Example, Prompt, build_task, encode_prompt
 from tasks.base import render_plain
 from tasks.data import DATA_DIR_ENV, resolve_data_dir
+from tasks.data import SHARED_DATA_DIR as SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 needs_shared_data = pytest.mark.skipif(
     not SHARED_DATA.is_dir(), reason=f"offline datasets not found at {SHARED_DATA} (../shared/data next to the repo)"

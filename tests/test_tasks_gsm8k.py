@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,8 +10,8 @@ from hypothesis import strategies as st
 
 from tasks import Example, build_task
 from tasks.gsm8k import FEWSHOT_EXEMPLARS, extract_last_number, gold_answer
+from tasks.data import SHARED_DATA_DIR as SHARED_DATA
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_shared_data = pytest.mark.skipif(
     not SHARED_DATA.is_dir(), reason=f"offline datasets not found at {SHARED_DATA} (../shared/data next to the repo)"
 )

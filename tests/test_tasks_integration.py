@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tasks import TASKS, build_task, encode_prompt
+from tasks.data import SHARED_DATA_DIR as SHARED_DATA
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 MAX_NEW_TOKENS = 16
 CODE_TASKS = {"humaneval", "mbpp", "classeval"}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tasks import Example, build_task
+from tasks.data import SHARED_DATA_DIR as SHARED_DATA
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 needs_shared_data = pytest.mark.skipif(
     not SHARED_DATA.is_dir(), reason=f"offline datasets not found at {SHARED_DATA} (../shared/data next to the repo)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from harness.backend import Backend
+from harness.runtime.backend import Backend
 
 TINY_VOCAB = 48
 TINY_EOS = 3

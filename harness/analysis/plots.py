@@ -3,32 +3,19 @@
 Every function returns a ``matplotlib.figure.Figure`` built with the
 object-oriented API (no pyplot, no GUI backend, no global state): it renders
 with Agg in scripts and tests and shows inline when it is a notebook cell's
-last value. ``save`` writes a PNG.
+last value. ``harness.analysis.io.save_figure`` writes a PNG.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.fit import ScalingFit, b_values, config_points, predicted_S
-from harness.report import build_report
-
-DPI = 120
-
-
-def save(fig: Figure, path: str | os.PathLike[str]) -> Path:
-    """Write ``fig`` as PNG (creating parent dirs) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", format="png")
-    return path
-
+from harness.analysis.fit import ScalingFit, b_values, config_points, predicted_S
+from harness.analysis.report import build_report
 
 def _colors(n: int) -> list:
     from matplotlib import colormaps

@@ -1,0 +1,5 @@
+"""Analysis: records in, tables and figures out. Never loads a model or imports torch.
+
+``report`` (per-config summary against ``ar``), ``fit`` (the paper's scaling law), ``tables`` (paper
+Tables 2 and 3 beside ours), ``plots`` (matplotlib figures), ``io`` (Markdown, CSV, PNG, CLI shape).
+"""

@@ -1,0 +1,251 @@
+"""The one LLaMA backend shared by every decoder: KV cache, forward, attention.
+
+The backend owns the model weights (a Hugging Face ``LlamaForCausalLM``), a static KV cache and the
+per-forward counters. It knows no decoding algorithm: decoders call :meth:`Backend.forward` with the new
+tokens, their explicit positions and a mask among the new tokens, then :meth:`Backend.commit` the cache
+entries they keep.
+
+Why our own forward loop instead of ``model(...)``: the Hugging Face layers (norms, projections, MLP,
+rotary embedding) are reused as they are, but attention runs against a pre-allocated cache so that
+"keep only these new entries" is one indexed copy and rollback is moving an integer, with no per-step
+cache re-allocation and no Python-side mask preprocessing. This is the gpt-fast shape (explicit
+positions in every forward). It also makes the custom mask independent of the transformers attention
+back-end: we always pass an *additive float* mask, which sdpa and the explicit (eager) path both honour
+(a boolean 4-D mask is silently mis-used by transformers' eager attention). The matmul paths live in
+:mod:`harness.runtime.matmul`, the FLOPs formula in :mod:`harness.runtime.flops`, loading in
+:mod:`harness.runtime.loading`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from harness.runtime.flops import forward_flops, model_shape
+from harness.runtime.matmul import Projection, can_pack, layer_projections
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral")
+ATTN_IMPLS = ("sdpa", "eager")
+
+
+class ModelLoadError(RuntimeError):
+    """A model name, path or file that cannot be loaded; the message says how to fix it."""
+
+
+@dataclass
+class Counters:
+    """What one generation cost: one entry per forward (prefill included, flagged)."""
+
+    input_tokens: list[int] = field(default_factory=list)
+    flops: list[float] = field(default_factory=list)
+    is_prefill: list[bool] = field(default_factory=list)
+    forward_s: list[float] = field(default_factory=list)  # wall time inside forward (CPU: exact; GPU: synced)
+
+    @property
+    def forwards(self) -> int:
+        return len(self.input_tokens)
+
+
+class Backend:
+    """A causal LM with a static KV cache, explicit positions and custom masks among new tokens.
+
+    Cache protocol: ``start(prompt, capacity)`` resets and prefills; each ``forward`` writes its ``k``
+    new entries after the ``length`` committed ones; ``commit(keep)`` keeps the listed new entries (in
+    order) and drops the rest; ``rollback(n)`` forgets committed entries past ``n``.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, tokenizer, name: str, attn: str = "sdpa", small_gemm: bool = True
+    ) -> None:
+        """``small_gemm``: use our few-row float32 kernel where it applies (see :class:`Projection`);
+        False keeps the library matmuls (tests compare the two)."""
+        if attn not in ATTN_IMPLS:
+            raise ValueError(f"attn must be one of {ATTN_IMPLS}, got {attn!r}")
+        model_type = getattr(model.config, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ModelLoadError(
+                f"model {name!r} has model_type {model_type!r}; this backend runs LLaMA-family models "
+                f"({', '.join(SUPPORTED_MODEL_TYPES)}). Pass a LLaMA checkpoint or 'smollm2'."
+            )
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.attn = attn
+        self.shape = model_shape(model)
+        param = next(model.parameters())
+        self.dtype: torch.dtype = param.dtype
+        self.device: torch.device = param.device
+        # the forward's matmuls, prepacked on CPU (see Projection); decided once, not per call
+        pack = can_pack(model)
+        kernel = None
+        if pack and small_gemm and self.dtype == torch.float32:
+            from harness.kernels import load_small_gemm
+
+            kernel = load_small_gemm()
+        self._proj = [layer_projections(layer, pack, kernel) for layer in model.model.layers]
+        self._lm_head = Projection.of((model.lm_head,), pack, kernel)
+        eos = model.config.eos_token_id
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        ids: set[int] = set()
+        for e in (eos, gen_eos):
+            if isinstance(e, int):
+                ids.add(e)
+            elif e is not None:
+                ids.update(int(x) for x in e)
+        self.eos_token_ids: frozenset[int] = frozenset(ids)
+        self.counters = Counters()
+        self.length = 0  # committed cache entries
+        self._pending = 0  # entries written by the last forward, not yet committed
+        self._k_cache: torch.Tensor | None = None  # [n_layers, n_kv, capacity, head_dim]
+        self._v_cache: torch.Tensor | None = None
+
+    # ---- cache management -------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return 0 if self._k_cache is None else self._k_cache.shape[2]
+
+    def reset(self, capacity: int) -> None:
+        """Empty the cache, (re)allocating it when it is smaller than ``capacity``."""
+        if capacity > self.capacity:
+            s = self.shape
+            size = (s.n_layers, s.n_kv_heads, capacity, s.head_dim)
+            self._k_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
+            self._v_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
+        self.length = 0
+        self._pending = 0
+        self.counters = Counters()
+
+    def commit(self, keep: list[int] | None = None) -> None:
+        """Keep the new entries at relative indices ``keep`` (ascending; None = all) of the last forward."""
+        if keep is None:
+            n = self._pending
+        else:
+            n = len(keep)
+            if keep != list(range(n)):  # a contiguous prefix is already in place
+                src = torch.tensor(keep, device=self.device) + self.length
+                dst = slice(self.length, self.length + n)
+                self._k_cache[:, :, dst] = self._k_cache[:, :, src]
+                self._v_cache[:, :, dst] = self._v_cache[:, :, src]
+        self.length += n
+        self._pending = 0
+
+    def rollback(self, length: int) -> None:
+        """Forget committed entries past ``length``."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"rollback length must be in [0, {self.length}], got {length}")
+        self.length = length
+        self._pending = 0
+
+    # ---- forward ----------------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Wait for queued device work, so wall-clock timings are honest on GPU."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        tree_mask: torch.Tensor | None = None,
+        logit_rows: torch.Tensor | None = None,
+        prefill: bool = False,
+    ) -> torch.Tensor:
+        """Run ``k`` new tokens against the committed cache; return logits ``[r, vocab]`` (float32).
+
+        input_ids: [k] token ids; positions: [k] absolute positions; tree_mask: [k, k] bool, True where
+        new token i may attend to new token j (None = causal among the new tokens); every new token
+        sees all committed entries. logit_rows: [r] indices of the rows whose logits are wanted
+        (None = all k). The new K/V entries stay pending until :meth:`commit`.
+        """
+        t0 = time.perf_counter()
+        k = int(input_ids.shape[0])
+        L = self.length
+        if L + k > self.capacity:
+            raise ValueError(f"KV cache overflow: {L} + {k} > capacity {self.capacity}; call reset() larger")
+        model = self.model.model
+        x = model.embed_tokens(input_ids)  # [k, hidden]
+        cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
+        mask = self._additive_mask(k, L, tree_mask)  # [1, 1, k, L+k] or None
+        s = self.shape
+        qkv_split = [s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_kv_heads * s.head_dim]
+        for i, layer in enumerate(model.layers):
+            proj = self._proj[i]
+            h = layer.input_layernorm(x)
+            q, kk, v = proj.qkv(h).split(qkv_split, dim=-1)  # [k, H d], [k, Hkv d], [k, Hkv d]
+            q = q.reshape(k, s.n_heads, s.head_dim).transpose(0, 1)[None]  # [1, H, k, d]
+            kk = kk.reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]  # [1, Hkv, k, d]
+            v = v.reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]
+            q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
+            self._k_cache[i, :, L : L + k] = kk[0]
+            self._v_cache[i, :, L : L + k] = v[0]
+            keys = self._k_cache[i, :, : L + k][None]  # [1, Hkv, L+k, d]
+            values = self._v_cache[i, :, : L + k][None]
+            o = self._attention(q, keys, values, mask, layer.self_attn.scaling)  # [1, H, k, d]
+            x = x + proj.o(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim))
+            h = layer.post_attention_layernorm(x)
+            gate, up = proj.gate_up(h).chunk(2, dim=-1)  # [k, intermediate] each
+            x = x + proj.down(layer.mlp.act_fn(gate) * up)
+        h = x if logit_rows is None else x[logit_rows]  # [r, hidden]
+        logits = self._lm_head(model.norm(h)).float()  # [r, vocab]
+        self._pending = k
+        r = k if logit_rows is None else int(logit_rows.shape[0])
+        self.counters.input_tokens.append(k)
+        self.counters.flops.append(forward_flops(s, k, L, r))
+        self.counters.is_prefill.append(prefill)
+        if self.device.type == "cuda":
+            self.sync()
+        self.counters.forward_s.append(time.perf_counter() - t0)
+        return logits
+
+    def _additive_mask(self, k: int, L: int, tree_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """Float mask [1, 1, k, L+k]: 0 where attention is allowed, -inf where not."""
+        if k == 1:
+            return None  # one query sees the whole cache
+        if tree_mask is None:
+            tree_mask = torch.ones(k, k, dtype=torch.bool, device=self.device).tril_()
+        block = torch.zeros(k, L + k, dtype=self.dtype, device=self.device)
+        block[:, L:].masked_fill_(~tree_mask, float("-inf"))
+        return block[None, None]
+
+    def _attention(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
+    ) -> torch.Tensor:
+        """q [1, H, k, d], keys/values [1, Hkv, S, d], mask [1, 1, k, S] additive or None -> [1, H, k, d].
+
+        ``attn="sdpa"`` uses torch's fused kernel, with the additive mask and grouped-query heads read in
+        place (the faster of the two on CPU). ``attn="eager"`` takes the explicit path, which folds the
+        query groups into the query rows so K and V are read in place too; tests compare the two.
+        """
+        groups = self.shape.n_heads // self.shape.n_kv_heads
+        if self.attn == "sdpa":
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
+        _, H, k, d = q.shape
+        Hkv, S = keys.shape[1], keys.shape[2]
+        qg = q.reshape(1, Hkv, groups * k, d)  # heads h = kv * groups + g, as in repeat_interleave
+        scores = torch.matmul(qg, keys.transpose(2, 3)) * scale  # [1, Hkv, groups*k, S]
+        if mask is not None:
+            scores = (scores.view(1, Hkv, groups, k, S) + mask[:, :, None]).view(1, Hkv, groups * k, S)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(probs, values).view(1, H, k, d)
+
+    # ---- helpers used by every decoder -------------------------------------------------------------
+    def start(self, prompt_ids: list[int], extra: int) -> float:
+        """Reset the cache for ``len(prompt) + extra`` entries and prefill all but the last prompt token.
+
+        The last prompt token is fed by the first decoding step, so autoregressive decoding takes exactly
+        one step per new token (S = 1). Returns the prefill wall time in seconds.
+        """
+        self.reset(len(prompt_ids) + extra)
+        t0 = time.perf_counter()
+        if len(prompt_ids) > 1:
+            ids = torch.tensor(prompt_ids[:-1], device=self.device)
+            pos = torch.arange(len(prompt_ids) - 1, device=self.device)
+            self.forward(ids, pos, logit_rows=ids.new_empty(0), prefill=True)
+            self.commit()
+        self.sync()
+        return time.perf_counter() - t0

@@ -1,0 +1,135 @@
+"""The forward's matmuls: which path each one takes on this machine, decided once per model.
+
+A decoding step multiplies a few rows (1 for `ar`, a handful for a lookahead step) by every weight
+matrix, so its cost is reading the weights once. Library GEMMs are tuned for many rows: at a few rows
+they re-lay the weights out per call or take slower paths. So on CPU:
+
+- our kernel (``harness/runtime/kernels``) where it builds: weights packed once, every row multiplied
+  while a weight block sits in registers, and one accumulator per output summed in k order, so a row's
+  result is bitwise the same at every row count (an `ar` step, a lookahead step and the prefill agree
+  exactly);
+- else the oneDNN-prepacked weights (float32 1-2 rows as MKL ``W @ x^T``, which streams them once);
+- elsewhere (CUDA, float16, builds without oneDNN, models too big for a second copy) ``F.linear``.
+
+``python -m harness.perf`` measures the resulting latency curve; ``results/perf/`` holds the figures.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+MIN_GEMM_ROWS = 6  # fewest rows the oneDNN path runs with: fewer cost more than 6, so they are padded
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One matmul of the forward, ``x [k, in] -> [k, out]``: the concatenated outputs of ``linears``.
+
+    Linears that read the same input (q/k/v; gate/up) are fused into one weight, so the step reads
+    one matrix instead of three. Padding rows of the oneDNN path repeat the last row and are dropped.
+    """
+
+    linears: tuple[torch.nn.Linear, ...]
+    weight: torch.Tensor | None = None  # [out, in], the linears' weights concatenated (oneDNN float32)
+    packed: torch.Tensor | None = None  # the same, oneDNN-packed
+    bias: torch.Tensor | None = None  # [out], with the packed and kernel paths
+    small: torch.Tensor | None = None  # [ceil(out/block), in, block], packed for our kernel
+    kernel: Any = None  # the compiled module that reads ``small``
+
+    @classmethod
+    def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool, kernel: Any = None) -> Projection:
+        """``pack``: use the oneDNN/MKL CPU paths; ``kernel``: our few-row kernel, which then replaces them."""
+        if kernel is None and not pack:
+            return cls(linears)
+        with torch.inference_mode():
+            weights = [m.weight.detach() for m in linears]
+            weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # [out, in]
+            bias = None
+            if any(m.bias is not None for m in linears):
+                bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
+                                  for m in linears])
+            if kernel is not None:
+                return cls(linears, bias=bias, small=kernel.pack(weight), kernel=kernel)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        # only float32 runs 1-2 rows as W @ x^T
+        return cls(linears, weight if weight.dtype == torch.float32 else None, packed, bias)
+
+    @cached_property  # read on every kernel call: summed once
+    def out_features(self) -> int:
+        return sum(m.out_features for m in self.linears)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        k = x.shape[0]
+        if self.small is not None:
+            y = self.kernel.linear(x.contiguous(), self.small, self.out_features)  # [k, out]
+            return y if self.bias is None else y + self.bias
+        if self.packed is None:
+            ys = [F.linear(x, m.weight, m.bias) for m in self.linears]
+            return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
+        if k == 0:
+            return x.new_empty(0, self.packed.shape[0])
+        if k <= 2 and self.weight is not None:
+            xp = x.contiguous() if k == 2 else torch.cat([x, x])  # [2, in]
+            # [k, out], made row-major: a transposed view would send sdpa (last-dim stride 2) to its slow path
+            y = torch.mm(self.weight, xp.t()).t()[:k].contiguous()
+            return y if self.bias is None else y + self.bias
+        rows = max(k, MIN_GEMM_ROWS)
+        xp = x.contiguous() if rows == k else torch.cat([x, x[-1:].expand(rows - k, -1)])
+        y = torch.ops.mkldnn._linear_pointwise(xp, self.packed, self.bias, "none", [], "")  # [rows, out]
+        return y if rows == k else y[:k]
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def can_pack(model: torch.nn.Module, memory_bytes: int | None = None) -> bool:
+    """Whether the packed CPU matmuls apply (see :class:`Projection`).
+
+    They hold a second copy of the weights, so they are skipped when the model, that copy and headroom
+    (3x the weights) would not fit in ``memory_bytes`` (default: this machine's RAM): a 7B model in
+    bfloat16 (13.5 GB) on a 24 GB machine keeps plain ``F.linear``.
+    """
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if not torch.backends.mkldnn.is_available():
+        return False
+    memory_bytes = physical_memory() if memory_bytes is None else memory_bytes
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if memory_bytes is not None and 3 * weight_bytes > memory_bytes:
+        return False
+    try:  # a build without the op stays on F.linear
+        w = torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=param.dtype), None)
+        torch.ops.mkldnn._linear_pointwise(torch.zeros(2, 8, dtype=param.dtype), w, None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class LayerProjections:
+    qkv: Projection  # -> [k, (H + 2 Hkv) d]
+    o: Projection
+    gate_up: Projection  # -> [k, 2 * intermediate]
+    down: Projection
+
+
+def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None) -> LayerProjections:
+    att, mlp = layer.self_attn, layer.mlp
+    return LayerProjections(
+        qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack, kernel),
+        o=Projection.of((att.o_proj,), pack, kernel),
+        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel),
+        down=Projection.of((mlp.down_proj,), pack, kernel),
+    )
