@@ -1,8 +1,11 @@
 """``python -m harness.report <results> [--out DIR]``: the summary table per task and decoder config.
 
-The table is built by :mod:`harness.analysis.report` (definitions there); this entry point reads the
-records, prints one Markdown table per (model, dtype, device) and writes ``report.csv``/``report.md``
-and the speedup / accepted-length figures.
+The table is built by :mod:`harness.analysis.report` (definitions there) and its bootstrap intervals
+by :mod:`harness.analysis.uncertainty` (``--resamples``, ``--seed``, ``--level``): this entry point reads
+the records, prints one Markdown table per (model, dtype, device) with S, speedup_agg and every score
+shown as ``value [lo, hi]``, and writes ``report.csv`` (numbers, with the ``S_lo``/``S_hi``,
+``speedup_agg_lo``/``_hi`` and ``score_*_lo``/``_hi`` columns), ``report.md`` and the speedup /
+accepted-length figures.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.analysis import plots
-from harness.analysis.io import default_out, make_parser, save_figure, write_outputs
+from harness.analysis.io import default_out, make_parser, save_figure, with_ci_text, write_outputs
 from harness.analysis.report import build_report, render_report
+from harness.analysis.uncertainty import CI_NOTE, add_report_cis
 from harness.records import RecordsError, load_records
 
 
@@ -26,7 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecordsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = render_report(report)
+    report = add_report_cis(df, report, args.resamples, args.seed, args.level)
+    shown = with_ci_text(report, ["S", "speedup_agg", *(c for c in report.columns if c.startswith("score_"))])
+    text = render_report(shown) + "\n" + CI_NOTE.format(level=args.level, n=args.resamples, seed=args.seed) + "\n"
     print(text)
     out = Path(args.out or default_out(args.results))
     written = write_outputs(report, text, out, "report")

@@ -19,6 +19,7 @@ from harness.analysis.fit import (
     loglinear_trend,
     predicted_S,
 )
+from harness.analysis.uncertainty import bootstrap_fits
 from harness.records import load_records
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
@@ -83,6 +84,17 @@ def test_fit_from_records_of_the_model() -> None:
     assert fit.f == pytest.approx(2.5, abs=3 * fit.f_se)            # generator's F
 
 
+def test_bootstrap_ci_of_the_fixture_fit_covers_the_generator() -> None:
+    """The fixture's steps are simulated from the law: the bootstrap CIs cover ALPHA and F."""
+    df = load_records(FIXTURE)
+    sweep = df[(df["task"] == "mt_bench") & (df["p_pool_from_prompt"] == False)]  # noqa: E712
+    fit = fit_scaling_law(sweep, w_eq_g=True)
+    row = bootstrap_fits(sweep, [fit])[0].iloc[0]
+    assert row["alpha_lo"] < 0.45 < row["alpha_hi"] and row["f_lo"] < 2.5 < row["f_hi"]
+    assert row["alpha_lo"] < fit.alpha < row["alpha_hi"] and row["f_lo"] < fit.f < row["f_hi"]
+    assert 0 < row["alpha_boot_se"] < 0.1 and 0 < row["f_boot_se"] < 1
+
+
 def test_fit_refuses_pooled_groups_and_too_few_points() -> None:
     pts = synthetic_points(0.4, 2.0, 0.0)
     two_tasks = pd.concat([pts, pts.assign(task="u")])
@@ -133,7 +145,14 @@ def test_config_points_costs() -> None:
 def test_cli(tmp_path: Path, capsys) -> None:
     assert main([str(FIXTURE), "--out", str(tmp_path), "--w-eq-g"]) == 0
     out = capsys.readouterr().out
-    assert "alpha = 0.425, f = 3.106" in out and "prefill excluded" in out
+    assert "alpha = 0.425, f = 3.106" in out and "prefill excluded" in out and "bootstrap" in out
     assert (tmp_path / "fit.csv").exists() and (tmp_path / "fit_trend.csv").exists()
     assert list(tmp_path.glob("scaling_*.png"))
+    fitted = pd.read_csv(tmp_path / "fit.csv").dropna(subset=["alpha"])
+    assert len(fitted) == 1 and {"alpha_boot_se", "f_boot_se", "r2", "paper_alpha", "examples"} <= set(fitted.columns)
+    assert (fitted["alpha_lo"] < fitted["alpha"]).all() and (fitted["f"] < fitted["f_hi"]).all()
+    trend = pd.read_csv(tmp_path / "fit_trend.csv").dropna(subset=["slope_lo"])
+    assert len(trend) >= 3 and ((trend["slope_lo"] < trend["slope"]) & (trend["slope"] < trend["slope_hi"])).all()
+    points = pd.read_csv(tmp_path / "fit_points.csv")
+    assert ((points["S_lo"] <= points["S"]) & (points["S"] <= points["S_hi"])).all()
     assert main([str(tmp_path / "nothing")]) == 2

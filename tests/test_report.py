@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from harness.records import RecordWriter, load_records
 from harness.analysis.report import build_report, missing_baseline_note, render_report
+from harness.analysis.uncertainty import add_report_cis, resample_weights
 from harness.report import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
@@ -73,6 +75,30 @@ def test_numbers_by_hand(tiny: Path) -> None:
     assert r["score_acc"] == pytest.approx(1.0)
 
 
+def test_cis_by_hand(tiny: Path) -> None:
+    """S's CI resamples the 3 prompts and recomputes sum tokens / sum steps; speedup's, the 2 matched ones."""
+    df = load_records(tiny)
+    r = row(add_report_cis(df, build_report(df), n_resamples=400, seed=5), LA_LABEL)
+    w = resample_weights(3, 400, seed=5)  # examples p0, p1, p3 in sorted order
+    s = (w @ np.array([10.0, 20.0, 6.0])) / (w @ np.array([5.0, 8.0, 3.0]))
+    assert (r["S_lo"], r["S_hi"]) == pytest.approx(tuple(np.percentile(s, [2.5, 97.5])))
+    w = resample_weights(2, 400, seed=5)  # p0, p1 have an ar record
+    sp = (w @ np.array([1.0, 2.0])) / (w @ np.array([0.5, 1.6]))
+    assert (r["speedup_agg_lo"], r["speedup_agg_hi"]) == pytest.approx(tuple(np.percentile(sp, [2.5, 97.5])))
+    assert r["S_lo"] <= r["S"] <= r["S_hi"] and r["speedup_agg_lo"] <= r["speedup_agg"] <= r["speedup_agg_hi"]
+
+
+def test_turns_are_resampled_with_their_example(tiny: Path) -> None:
+    """Two turns of one example are one unit: S's CI is that of the per-example sums."""
+    write(tiny, "turns", [rec("lookahead", "q", 10, [2] * 5, 0.5, "x", turn=t, task="u") for t in (0, 1)]
+          + [rec("lookahead", "r", 9, [3] * 3, 0.5, "y", turn=t, task="u") for t in (0, 1)])
+    df = load_records(tiny)
+    r = row(add_report_cis(df, build_report(df), n_resamples=400), LA_LABEL, task="u")
+    w = resample_weights(2, 400)
+    s = (w @ np.array([20.0, 18.0])) / (w @ np.array([10.0, 6.0]))
+    assert (r["S_lo"], r["S_hi"]) == pytest.approx(tuple(np.percentile(s, [2.5, 97.5])))
+
+
 def test_ar_row_is_its_own_baseline(tiny: Path) -> None:
     r = row(build_report(load_records(tiny)), "ar")
     assert (r["S"], r["tau"], r["speedup_mean"], r["speedup_agg"], r["exact_match"]) == (1, 1, 1, 1, 1)
@@ -108,9 +134,13 @@ def test_cli_writes_csv_and_markdown(tiny: Path, capsys) -> None:
     out = tiny / "out"
     assert main([str(tiny), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "prefill excluded" in printed
+    assert "prefill excluded" in printed and "95% percentile bootstrap CI" in printed
     csv = pd.read_csv(out / "report.csv")
     assert set(csv["config"]) == {"ar", LA_LABEL}
+    assert {"S_lo", "S_hi", "speedup_agg_lo", "speedup_agg_hi", "score_acc_lo"} <= set(csv.columns)
+    la = csv[csv["config"] == LA_LABEL].iloc[0]
+    assert f"{la['S']:.3f} [{la['S_lo']:.3f}, {la['S_hi']:.3f}]" in printed  # S [lo, hi]
+    assert f"{la['speedup_agg']:.3f} [{la['speedup_agg_lo']:.3f}, {la['speedup_agg_hi']:.3f}]" in printed
     assert (out / "report.md").read_text().startswith("## model=m")
 
 

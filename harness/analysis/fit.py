@@ -257,15 +257,23 @@ def loglinear_trend(df: pd.DataFrame, x: str = "log2_flops_per_step") -> pd.Data
 # --------------------------------------------------------------------------- CLI
 
 
-def render_fit(table: pd.DataFrame, trend: pd.DataFrame, b: str) -> str:
-    return "\n\n".join([
+def render_fit(table: pd.DataFrame, trend: pd.DataFrame, b: str, ci_note: str = "") -> str:
+    """The Markdown the CLI prints: the fit beside the paper's values, then the log2-FLOPs slopes.
+
+    ``ci_note`` explains the bootstrap columns when ``harness.analysis.uncertainty`` added them
+    (alpha_boot_se/alpha_lo/alpha_hi, f_..., slope_boot_se/slope_lo/slope_hi).
+    """
+    return "\n\n".join(part for part in [
         "## Scaling-law fit: S = (f - 1 + E) / f, E = (gamma+1) - sum_i (1 - alpha^i)^b, gamma = N - 1",
         f"{B_CHOICES[b]}. Caveat: the pool gains at most W n-grams per step and only n-grams "
         "starting with the last token are candidates, so the effective b can be below G; "
         "fits are most comparable to the paper on W = G sweeps.",
         to_markdown(table),
-        f"Paper (LLaMA-2-7B, MT-Bench): alpha = {PAPER_FIT['alpha']}, f = {PAPER_FIT['f']}.",
+        f"Paper (LLaMA-2-7B, MT-Bench): alpha = {PAPER_FIT['alpha']}, f = {PAPER_FIT['f']}. "
+        "alpha_se, f_se: asymptotic (least-squares covariance); R2 over the configs.",
         "## S vs log2(FLOPs per step), slope per fixed N",
         to_markdown(trend),
-        "S = total new tokens / total decoding steps (prefill excluded).",
-    ]) + "\n"
+        "S = total new tokens / total decoding steps (prefill excluded). slope = S gained per doubling "
+        "of per-step FLOPs; slope_se: OLS standard error.",
+        ci_note,
+    ] if part) + "\n"

@@ -1,4 +1,4 @@
-"""Output helpers every analysis CLI shares: Markdown tables, CSV + Markdown files, PNGs, the CLI shape."""
+"""Output helpers every analysis CLI shares: Markdown tables, CI text, CSV + Markdown files, PNGs, the CLI shape."""
 
 from __future__ import annotations
 
@@ -43,6 +43,23 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     return "\n".join(lines)
 
 
+def with_ci_text(df: pd.DataFrame, names: list[str] | tuple[str, ...], floatfmt: str = ".3f") -> pd.DataFrame:
+    """Copy of ``df`` for display: each ``name`` with ``<name>_lo``/``<name>_hi`` becomes the text
+    ``value [lo, hi]`` (just ``value`` where the bounds are NaN) and the bound columns are dropped."""
+    out = df.copy()
+    for name in names:
+        lo, hi = f"{name}_lo", f"{name}_hi"
+        if name not in out.columns or lo not in out.columns or hi not in out.columns:
+            continue
+        out[name] = [
+            _fmt(v, floatfmt) if _fmt(a, floatfmt) == "—" or _fmt(b, floatfmt) == "—"
+            else f"{_fmt(v, floatfmt)} [{_fmt(a, floatfmt)}, {_fmt(b, floatfmt)}]"
+            for v, a, b in zip(out[name], out[lo], out[hi])
+        ]
+        out = out.drop(columns=[lo, hi])
+    return out
+
+
 def write_outputs(df: pd.DataFrame, markdown: str, out_dir: Path, stem: str) -> list[Path]:
     """Write ``<stem>.csv`` and ``<stem>.md`` under out_dir; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,10 +75,13 @@ def default_out(results: Path) -> Path:
 
 
 def make_parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
-    """Shared CLI shape: ``<results> [--out DIR]``."""
+    """Shared CLI shape: ``<results> [--out DIR] [--resamples N] [--seed S] [--level L]``."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("results", type=Path, help="results dir (searched for **/records.jsonl) or one records.jsonl")
     parser.add_argument("--out", type=Path, default=None, help="output dir (default: <results>/analysis)")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples per interval (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
     return parser
 
 

@@ -1,5 +1,8 @@
 """Figures from records (never from a model): scaling curves, S vs W, speedups, accepted lengths.
 
+Where a frame carries bootstrap bounds (``<col>_lo``/``<col>_hi``, from
+``harness.analysis.uncertainty``) the figures draw them as error bars.
+
 Every function returns a ``matplotlib.figure.Figure`` built with the
 object-oriented API (no pyplot, no GUI backend, no global state): it renders
 with Agg in scripts and tests and shows inline when it is a notebook cell's
@@ -8,14 +11,16 @@ last value. ``harness.analysis.io.save_figure`` writes a PNG.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.analysis.fit import ScalingFit, b_values, config_points, predicted_S
+from harness.analysis.fit import PAPER_FIT, ScalingFit, b_values, config_points, predicted_S
 from harness.analysis.report import build_report
+
 
 def _colors(n: int) -> list:
     from matplotlib import colormaps
@@ -31,22 +36,35 @@ def _empty(fig: Figure, message: str) -> Figure:
     return fig
 
 
-def _fit_curve(part: pd.DataFrame, fit: ScalingFit, x: str) -> tuple[np.ndarray, np.ndarray]:
-    """Model S along one N: b on a grid, x interpolated between the measured configs."""
-    by_b = part.assign(b=b_values(part, fit.b)).groupby("b")[x].mean().sort_index()
+def _yerr(part: pd.DataFrame, col: str) -> np.ndarray | None:
+    """Error-bar lengths below/above ``col`` from ``<col>_lo``/``<col>_hi`` (None if absent)."""
+    if f"{col}_lo" not in part.columns:
+        return None
+    lo = (part[col] - part[f"{col}_lo"]).clip(lower=0).fillna(0)
+    hi = (part[f"{col}_hi"] - part[col]).clip(lower=0).fillna(0)
+    return np.vstack([lo.to_numpy(float), hi.to_numpy(float)])
+
+
+def _fit_curve(part: pd.DataFrame, alpha: float, f: float, b: str, x: str) -> tuple[np.ndarray, np.ndarray]:
+    """Model S along one N: b on a grid, x interpolated (in log space) between the measured configs."""
+    by_b = part.assign(b=b_values(part, b)).groupby("b")[x].mean().sort_index()
     if len(by_b) == 1:
-        return by_b.to_numpy(), predicted_S(fit.alpha, fit.f, part["N"].iloc[0] - 1, by_b.index.to_numpy())
+        return by_b.to_numpy(), predicted_S(alpha, f, part["N"].iloc[0] - 1, by_b.index.to_numpy())
     # cost per step grows ~linearly in b on W=G sweeps, so log-cost is interpolated in log b
     grid = np.geomspace(by_b.index.min(), by_b.index.max(), 60)
-    xs = np.interp(np.log(grid), np.log(by_b.index.to_numpy(float)), by_b.to_numpy())
-    return xs, predicted_S(fit.alpha, fit.f, part["N"].iloc[0] - 1, grid)
+    xs = np.exp(np.interp(np.log(grid), np.log(by_b.index.to_numpy(float)), np.log(by_b.to_numpy(float))))
+    return xs, predicted_S(alpha, f, part["N"].iloc[0] - 1, grid)
 
 
-def scaling_figure(data: ScalingFit | pd.DataFrame, fit: ScalingFit | None = None) -> Figure:
-    """S vs log2(FLOPs per step), one colour per N, fitted-law curve per N when a fit is given.
+def scaling_figure(data: ScalingFit | pd.DataFrame, fit: ScalingFit | None = None,
+                   ci: Mapping[str, float] | None = None) -> Figure:
+    """The paper's scaling figure: S against FLOPs per step on a log x axis, one colour per N.
 
-    ``data`` is a ScalingFit (its points are used) or a ``config_points`` frame.
-    Falls back to log2 of the theoretical input tokens (W+G)(N-1) when FLOPs were not recorded.
+    ``data`` is a ScalingFit (its points are used) or a ``config_points`` frame. Points carry error
+    bars when they have ``S_lo``/``S_hi`` (``harness.analysis.uncertainty``). With a fit, the fitted
+    law is drawn per N (solid) beside the law at the paper's alpha, f (dashed); ``ci`` (a
+    ``bootstrap_fits`` row: alpha_lo, alpha_hi, f_lo, f_hi) puts the bootstrap CIs in the title.
+    Falls back to the theoretical input tokens (W+G)(N-1) per step when FLOPs were not recorded.
     """
     if hasattr(data, "points"):  # a ScalingFit (duck-typed: survives `python -m harness.fit`)
         fit, points = data, data.points
@@ -55,24 +73,28 @@ def scaling_figure(data: ScalingFit | pd.DataFrame, fit: ScalingFit | None = Non
     fig = Figure(figsize=(6.4, 4.4))
     if points.empty:
         return _empty(fig, "no lookahead configs")
-    x, xlabel = "log2_flops_per_step", "log2(FLOPs per decoding step)"
+    x, xlabel = "flops_per_step", "FLOPs per decoding step (log scale)"
     if points[x].isna().all():
-        points = points.assign(log2_tokens=np.log2(points["input_tokens_theory"]))
-        x, xlabel = "log2_tokens", "log2((W+G)(N-1)) input tokens per step"
+        x, xlabel = "input_tokens_theory", "(W+G)(N-1) input tokens per step (log scale)"
     ax = fig.subplots()
     ns = sorted(points["N"].dropna().unique())
     for color, n in zip(_colors(len(ns)), ns):
         part = points[points["N"] == n].sort_values(x)
-        ax.scatter(part[x], part["S"], color=color, label=f"N={int(n)}", zorder=3)
+        ax.errorbar(part[x], part["S"], yerr=_yerr(part, "S"), fmt="o", color=color, capsize=3,
+                    label=f"N={int(n)}", zorder=3)
         if fit is not None and n >= 2:
-            cx, cy = _fit_curve(part, fit, x)
-            ax.plot(cx, cy, color=color, lw=1.5)
+            ax.plot(*_fit_curve(part, fit.alpha, fit.f, fit.b, x), color=color, lw=1.5)
+            ax.plot(*_fit_curve(part, PAPER_FIT["alpha"], PAPER_FIT["f"], fit.b, x), color=color, lw=1, ls="--", alpha=0.6)
+    ax.set_xscale("log", base=2)
     title = "S vs per-step compute"
     if fit is not None:
-        title += f"  (fit: α={fit.alpha:.3f}±{fit.alpha_se:.3f}, f={fit.f:.2f}±{fit.f_se:.2f}, R²={fit.r2:.2f}, b={fit.b})"
+        a_txt = f"[{ci['alpha_lo']:.3f}, {ci['alpha_hi']:.3f}]" if ci else f"±{fit.alpha_se:.3f}"
+        f_txt = f"[{ci['f_lo']:.2f}, {ci['f_hi']:.2f}]" if ci else f"±{fit.f_se:.2f}"
+        title += (f"\nfit (solid): α={fit.alpha:.3f} {a_txt}, f={fit.f:.2f} {f_txt}, R²={fit.r2:.2f}, b={fit.b}; "
+                  f"dashed: paper α={PAPER_FIT['alpha']}, f={PAPER_FIT['f']}")
     ax.set(xlabel=xlabel, ylabel="S = new tokens / steps (prefill excluded)", title=title)
     ax.title.set_fontsize(8)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return fig
 
@@ -104,7 +126,7 @@ def s_vs_w_figure(df: pd.DataFrame) -> Figure:
 def speedup_figure(report: pd.DataFrame | None = None, df: pd.DataFrame | None = None) -> Figure:
     """Horizontal bars of speedup (aggregate) and S per config, one row of panels per task.
 
-    Pass a ``build_report`` frame, or records as ``df`` to build one.
+    Pass a ``build_report`` frame, or records as ``df`` to build one; CI columns (``S_lo``...) draw error bars.
     """
     if report is None:
         if df is None:
@@ -122,8 +144,8 @@ def speedup_figure(report: pd.DataFrame | None = None, df: pd.DataFrame | None =
         part = rep[rep["task"] == task].sort_values("S")
         y = np.arange(len(part))
         colors = ["tab:gray" if d == "ar" else "tab:orange" if d == "pld" else "tab:blue" for d in part["decoder"]]
-        ax_sp.barh(y, part["speedup_agg"].fillna(0), color=colors)
-        ax_s.barh(y, part["S"], color=colors)
+        ax_sp.barh(y, part["speedup_agg"].fillna(0), color=colors, xerr=_yerr(part, "speedup_agg"), capsize=2)
+        ax_s.barh(y, part["S"], color=colors, xerr=_yerr(part, "S"), capsize=2)
         for ax, name in ((ax_sp, "speedup over ar (sum/sum decode time)"), (ax_s, "S (prefill excluded)")):
             ax.axvline(1.0, color="k", lw=0.8)
             ax.set_yticks(y, part["label"], fontsize=6)
@@ -160,7 +182,8 @@ def accepted_hist_figure(df: pd.DataFrame) -> Figure:
 def ablation_figure(table: pd.DataFrame) -> Figure:
     """Ours vs paper per Table 3 row (``tables.ablation_table`` output): S and speedup side by side.
 
-    One panel pair per (model, task) block; missing rows show only the paper's bar.
+    One panel pair per (model, task) block; missing rows show only the paper's bar; ours carry
+    error bars when the table has ``S_lo``/``speedup_lo`` columns.
     """
     blocks = list(table.groupby(["model", "task"], dropna=False, sort=True))
     fig = Figure(figsize=(10, 3.2 * max(len(blocks), 1)))
@@ -171,7 +194,8 @@ def ablation_figure(table: pd.DataFrame) -> Figure:
         x = np.arange(len(part))
         for ax, ours, paper, name in ((ax_s, "S", "paper_S", "S (prefill excluded)"),
                                       (ax_sp, "speedup", "paper_speedup", "speedup over ar")):
-            ax.bar(x - 0.2, part[ours].fillna(0), 0.4, label=f"ours ({model})", color="tab:blue")
+            ax.bar(x - 0.2, part[ours].fillna(0), 0.4, label=f"ours ({model}, 95% CI)", color="tab:blue",
+                   yerr=_yerr(part, ours), capsize=3)
             ax.bar(x + 0.2, part[paper], 0.4, label="paper (LLaMA-2-7B-chat, A100)", color="tab:gray")
             ax.set_xticks(x, part["row"] + np.where(part["status"] == "missing", "\n(missing)", ""))
             ax.axhline(1.0, color="k", lw=0.8)
