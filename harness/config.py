@@ -38,7 +38,8 @@ class RunConfig:
     max_new_tokens: Optional[int] = None  # None = the task's default (paper settings)
     max_prompt_tokens: int = 4096  # longer prompts are skipped and counted, never truncated
     seed: int = 0
-    dtype: str = "float32"
+    dtype: str = "float32"  # float32, bf16w (bfloat16 weights, float32 compute: exact), bfloat16, float16
+    matmul: str = "auto"  # auto, library, or a kernel variant to force: avx512, avx2, baseline
     device: str = "cpu"
     data_dir: Optional[str] = None  # local copies of the datasets (else LOOKAHEAD_DATA_DIR, else the hub)
     temperature: float = 0.0

@@ -3,11 +3,14 @@
     python -m harness.run decoder=lookahead decoder.W=7 task=humaneval limit=20 max_new_tokens=256
     python -m harness.run -m decoder=ar,lookahead decoder.W=5,10,15 task=humaneval,gsm8k
 
-Everything that can be wrong with the inputs (unknown decoder/task/model option, bad W/N/G, missing
-dataset) is checked before the model loads and before the run directory exists, so a bad job leaves
-nothing behind. The run directory is a pure function of the job's identity, so re-running an
-interrupted job resumes it: finished (example, turn) records are skipped, none is duplicated.
-Sweeps in one process reuse the loaded model (``cached_backend``).
+Every check (:mod:`harness.jobspec`) runs before the model loads and before any file is written, on
+every job of a sweep; a bad input prints one ``error:`` line and exits 2. The run directory ends in
+the job's ``job_id`` (a hash of everything that can change a record), so re-running a job resumes
+it (finished (example, turn) records are skipped), a different job never reuses its records, and
+any number of processes can run one job or many into one results tree: records are written under
+the run dir's lock and examples are claimed before decoding (:mod:`harness.records_dir`).
+``manifest.json`` keeps one entry per invocation. Sweeps in one process reuse the loaded model.
+A terminal gets a progress bar (prompts, ETA, running S); a log file gets one line per prompt.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+import uuid
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -27,75 +31,28 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import register_configs
 from harness.jobs import measure
-from harness.records import RecordsError, compression, RecordWriter, config_label, read_manifest, write_manifest
+from harness.jobspec import Job, UserError, check_context, fail, hydra_message, prepare  # noqa: F401  (API)
+from harness.records import RecordsError, RecordWriter, compression, config_label, read_manifest, update_manifest
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "lookahead-bench")
 
 
-class UserError(Exception):
-    """Bad input: printed as one line, no traceback."""
-
-
 @functools.lru_cache(maxsize=2)
-def cached_backend(name: str, dtype: str, device: str, attn: str):
+def cached_backend(name: str, dtype: str, device: str, attn: str, matmul: str = "auto"):
     """One loaded model per process and setting, so a sweep does not reload it per job."""
     from harness import load_backend
 
-    return load_backend(name, dtype=dtype, device=device, attn=attn)
+    return load_backend(name, dtype=dtype, device=device, attn=attn, matmul=matmul)
 
 
-@dataclass
-class Job:
-    """A validated job: everything built except the model."""
-
-    cfg: DictConfig
-    decoder: Any
-    task: Any
-    examples: list
-    max_new_tokens: int
-    run_dir: Path
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.=,()" else "-" for c in text)
-
-
-def prepare(cfg: DictConfig) -> Job:
-    """Validate the config and build decoder and task (no model, no files written)."""
-    from decoders import build_decoder
-    from decoders.sampling import SamplingParams
-    from tasks import build_task
-    from tasks.data import DatasetUnavailable
-
-    params = {k: v for k, v in OmegaConf.to_container(cfg.decoder, resolve=True).items() if k != "name"}
-    try:
-        decoder = build_decoder(cfg.decoder.name, **params)
-        SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
-        if cfg.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {cfg.dtype!r}")
-        if cfg.limit is not None and cfg.limit < 0:
-            raise ValueError(f"limit must be >= 0 or null, got {cfg.limit}")
-        task = build_task(cfg.task.name, data_dir=cfg.data_dir, limit=cfg.limit, **cfg.task.options)
-        max_new = cfg.max_new_tokens if cfg.max_new_tokens is not None else task.default_max_new_tokens
-        if max_new < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
-        examples = task.examples()
-    except (ValueError, TypeError, DatasetUnavailable) as err:
-        raise UserError(str(err)) from None
-    sampling = f"T{cfg.temperature:g}-k{cfg.top_k}-p{cfg.top_p:g}-seed{cfg.seed}-max{max_new}"
-    run_dir = (
-        Path(cfg.results_dir)
-        / cfg.task.name
-        / _safe(f"{cfg.model.name}-{cfg.dtype}-{cfg.device}")
-        / _safe(config_label(decoder.name, decoder.params))
-        / sampling
-    )
-    return Job(cfg, decoder, task, examples, max_new, run_dir)
-
-
-def manifest(job: Job, backend) -> dict[str, Any]:
-    """Resolved config, versions, git commit and hardware, written beside the records."""
+def invocation(job: Job, backend) -> dict[str, Any]:
+    """This invocation's entry in the manifest: config, versions, git commit, hardware, matmul path and,
+    for code tasks, which sandbox runs the generated programs."""
     import torch
 
     versions = {}
@@ -108,35 +65,59 @@ def manifest(job: Job, backend) -> dict[str, Any]:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
         ).stdout.strip() or None
-    except OSError:
+    except (OSError, subprocess.SubprocessError):
         commit = None
     return {
-        "config": OmegaConf.to_container(job.cfg, resolve=True),
-        "decoder_params": job.decoder.params,
-        "max_new_tokens": job.max_new_tokens,
-        "versions": versions,
-        "git_commit": commit,
+        "id": uuid.uuid4().hex[:12], "started": _now(), "ended": None, "host": platform.node(), "pid": os.getpid(),
+        "argv": sys.argv, "config": OmegaConf.to_container(job.cfg, resolve=True), "git_commit": commit,
+        "versions": versions, "matmul_path": getattr(backend, "matmul_path", None),
+        "code_sandbox": job.task.sandbox_kind() if hasattr(job.task, "sandbox_kind") else None,
         "hardware": {
             "platform": platform.platform(),
             "processor": platform.processor(),
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if backend.device.type == "cuda" else None,
+            "cuda": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else None,
         },
-        "model_shape": vars(backend.shape),
     }
+
+
+def _begin(job: Job, backend, tuned: dict[str, Any] | None, inv: dict[str, Any]) -> None:
+    """Append this invocation to the manifest (under the lock). An auto-tuned shape already recorded by
+    another process of the same job wins, so the job's records all use one shape."""
+
+    def change(m: dict[str, Any]) -> dict[str, Any]:
+        if m.get("job_id", job.job_id) != job.job_id:
+            raise RecordsError(f"{job.run_dir}/manifest.json belongs to job {m['job_id']!r}, not {job.job_id!r}")
+        return {
+            **m, "job_id": job.job_id, "variant": job.variant, "identity": job.identity, "config": inv["config"],
+            "max_new_tokens": job.max_new_tokens, "model_shape": vars(backend.shape),
+            "tuned": m.get("tuned") or tuned, "invocations": [*m.get("invocations", []), inv],
+        }
+
+    recorded = update_manifest(job.run_dir, change)["tuned"]
+    if recorded and recorded != tuned:
+        job.decoder.set_shape(recorded["params"])
+        job.decoder.tuned = recorded
+
+
+def _end(job: Job, inv_id: str, counts: dict[str, int]) -> None:
+    def change(m: dict[str, Any]) -> dict[str, Any]:
+        for entry in m.get("invocations", []):
+            if entry.get("id") == inv_id:
+                entry.update(ended=_now(), counts=counts)
+        return m
+
+    update_manifest(job.run_dir, change)
 
 
 def _autotune(job: Job, backend) -> dict[str, Any]:
     """Tune lookahead's shape (W, N, G, text_ngram, step_tokens) on the job's first two prompts, or
-    reuse the choice of an interrupted run of the same job (so a resumed run keeps one configuration)."""
+    reuse the choice of an earlier run of the same job (so a resumed run keeps one configuration)."""
     from decoders.lookahead import SHAPE
     from tasks import encode_prompt
 
-    try:
-        prior = read_manifest(job.run_dir).get("tuned")
-    except RecordsError:
-        prior = None
+    prior = read_manifest(job.run_dir).get("tuned")
     if prior:
         job.decoder.set_shape(prior["params"])
         job.decoder.tuned = prior
@@ -149,72 +130,117 @@ def _autotune(job: Job, backend) -> dict[str, Any]:
     return {"params": t.params, "predicted": t.predicted, "calibration": t.calibration}
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Execute one job; returns its summary (also printed)."""
-    from tasks import encode_prompt
+class _Loop:
+    """Decodes the job's examples into the writer; counts and reports progress."""
 
-    job = prepare(cfg)
-    backend = cached_backend(cfg.model.name, cfg.dtype, cfg.device, cfg.model.attn)
-    tok = backend.tokenizer
-    label = config_label(job.decoder.name, job.decoder.params)
-    sampling = dict(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
-    limit_ctx = min(cfg.max_prompt_tokens, backend.shape.max_positions - job.max_new_tokens)
+    def __init__(self, job: Job, backend, writer: RecordWriter) -> None:
+        from tqdm import tqdm
 
-    tuned = _autotune(job, backend) if getattr(job.decoder, "auto", False) else None
-    writer = RecordWriter(job.run_dir)
-    write_manifest(job.run_dir, {**manifest(job, backend), "tuned": tuned})
-    done = writer.done_keys()
-    counts = {"done": 0, "resumed": 0, "skipped": 0}
-    tokens = steps = 0
-    secs = 0.0
-    warmed = False
-    n = len(job.examples)
-    print(f"[{cfg.task.name} | {label}] {n} examples -> {job.run_dir}", flush=True)
-    try:
-        for i, ex in enumerate(job.examples, 1):
+        self.job, self.backend, self.writer = job, backend, writer
+        cfg = job.cfg
+        self.sampling = dict(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
+        self.room = min(cfg.max_prompt_tokens, backend.shape.max_positions - job.max_new_tokens)
+        self.counts = {"done": 0, "resumed": 0, "skipped": 0}
+        self.tokens = self.steps = 0
+        self.secs = 0.0
+        self.warmed = False
+        self.bar = tqdm(total=len(job.examples), unit="ex", desc=cfg.task.name, file=sys.stderr,
+                        disable=not sys.stderr.isatty())
+
+    def say(self, line: str, always: bool = False) -> None:
+        """Per-prompt lines go to a log (not a terminal, which has the bar); ``always``: to both."""
+        if self.bar.disable:
+            print(line, flush=True)
+        elif always:
+            self.bar.write(line)
+
+    def example(self, i: int, ex, wait: bool) -> bool:
+        """Decode every turn of ``ex`` not yet on disk; False if another process holds its claim."""
+        job = self.job
+        with self.writer.claim(f"{job.cfg.task.name}\x00{ex.id}", wait=wait) as mine:
+            if not mine:
+                return False
             history: list[str] = []
             for turn in range(job.task.num_turns(ex)):
-                key = (cfg.task.name, ex.id, turn)
-                if key in done:
-                    history.append(writer.text(key) or "")
-                    counts["resumed"] += 1
-                    continue
-                ids = encode_prompt(job.task.prompt(ex, turn, history), tok)
-                base = {
-                    "task": cfg.task.name, "example_id": ex.id, "turn": turn, "model": cfg.model.name,
-                    "dtype": cfg.dtype, "device": cfg.device, "decoder": job.decoder.name,
-                    "params": job.decoder.params, **sampling, "max_new_tokens": job.max_new_tokens,
-                    "prompt_tokens": len(ids),
-                }
-                if len(ids) > limit_ctx:
-                    writer.write({**base, "status": "skipped", "scores": {}})
-                    counts["skipped"] += 1
-                    print(f"  {i}/{n} {ex.id} turn {turn}: skipped ({len(ids)} prompt tokens > {limit_ctx})")
-                    break  # later turns need this one's answer
-                if not warmed:
-                    job.decoder.generate(backend, ids, min(cfg.warmup_tokens, job.max_new_tokens), **sampling)
-                    warmed = True
-                res, measured = measure(job.decoder, backend, ids, job.max_new_tokens, **sampling)
-                text = tok.decode(res.tokens, skip_special_tokens=True)
-                history.append(text)
-                last = turn == job.task.num_turns(ex) - 1
-                writer.write({
-                    **base, "status": "ok", **measured, "text": text,
-                    "scores": job.task.score(ex, history) if last else {},
-                })
-                counts["done"] += 1
-                tokens += len(res.tokens)
-                steps += res.steps
-                secs += res.decode_s
-                print(
-                    f"  {i}/{n} {ex.id} turn {turn}: {len(res.tokens)} tok, S {res.compression:.2f}, "
-                    f"{len(res.tokens) / max(res.decode_s, 1e-9):.1f} tok/s | running S {tokens / max(steps, 1):.2f}",
-                    flush=True,
-                )
-    finally:
-        writer.close()
+                if not self.turn(i, ex, turn, history):
+                    break
+        self.bar.update(1)
+        return True
+
+    def turn(self, i: int, ex, turn: int, history: list[str]) -> bool:
+        """One prompt; False when it was skipped (the later turns need its answer)."""
+        from tasks import encode_prompt
+
+        job, cfg, writer = self.job, self.job.cfg, self.writer
+        key = (cfg.task.name, ex.id, turn)
+        if writer.has(key):  # by an earlier run or, just now, by another process
+            history.append(writer.text(key) or "")
+            self.counts["resumed"] += 1
+            return True
+        n = len(job.examples)
+        ids = encode_prompt(job.task.prompt(ex, turn, history), self.backend.tokenizer)
+        base = {
+            "task": cfg.task.name, "example_id": ex.id, "turn": turn, "model": cfg.model.name, "dtype": cfg.dtype,
+            "device": cfg.device, "decoder": job.decoder.name, "params": job.decoder.params, **self.sampling,
+            "max_new_tokens": job.max_new_tokens, "prompt_tokens": len(ids), "job_id": job.job_id,
+            "variant": job.variant, "matmul_path": self.backend.matmul_path,
+        }
+        if len(ids) > self.room:
+            writer.write({**base, "status": "skipped", "scores": {}})
+            self.counts["skipped"] += 1
+            self.say(f"  {i}/{n} {ex.id} turn {turn}: skipped ({len(ids)} prompt tokens > {self.room})", always=True)
+            return False
+        if not self.warmed:
+            job.decoder.generate(self.backend, ids, min(cfg.warmup_tokens, job.max_new_tokens), **self.sampling)
+            self.warmed = True
+        res, measured = measure(job.decoder, self.backend, ids, job.max_new_tokens, **self.sampling)
+        text = self.backend.tokenizer.decode(res.tokens, skip_special_tokens=True)
+        history.append(text)
+        last = turn == job.task.num_turns(ex) - 1
+        record = {**base, "status": "ok", **measured, "text": text,
+                  "scores": job.task.score(ex, history) if last else {}}
+        if not writer.write(record):  # another process wrote it first (wasted work, no duplicate)
+            self.counts["resumed"] += 1
+            return True
+        self.counts["done"] += 1
+        self.tokens += len(res.tokens)
+        self.steps += res.steps
+        self.secs += res.decode_s
+        running = self.tokens / max(self.steps, 1)
+        self.bar.set_postfix_str(f"S {running:.2f}, {self.tokens / max(self.secs, 1e-9):.1f} tok/s", refresh=False)
+        self.say(
+            f"  {i}/{n} {ex.id} turn {turn}: {len(res.tokens)} tok, S {res.compression:.2f}, "
+            f"{len(res.tokens) / max(res.decode_s, 1e-9):.1f} tok/s | running S {running:.2f}"
+        )
+        return True
+
+    def run(self) -> None:
+        """Every example once: those another process holds are retried at the end, waiting for it."""
+        deferred = [(i, ex) for i, ex in enumerate(self.job.examples, 1) if not self.example(i, ex, wait=False)]
+        for i, ex in deferred:
+            self.example(i, ex, wait=True)
+        self.bar.close()
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Execute one job; returns its summary (also printed)."""
+    job = prepare(cfg)
+    backend = cached_backend(cfg.model.name, cfg.dtype, cfg.device, cfg.model.attn, cfg.matmul)
+    check_context(job, backend.shape.max_positions, lambda: backend.tokenizer)
+    label = config_label(job.decoder.name, job.decoder.params)
+    tuned = _autotune(job, backend) if getattr(job.decoder, "auto", False) else None
+    inv = invocation(job, backend)
+    with RecordWriter(job.run_dir, job_id=job.job_id) as writer:
+        _begin(job, backend, tuned, inv)
+        print(f"[{cfg.task.name} | {label}] {len(job.examples)} examples -> {job.run_dir}", flush=True)
+        loop = _Loop(job, backend, writer)
+        try:
+            loop.run()
+        finally:
+            _end(job, inv["id"], loop.counts)
+    counts, tokens, steps, secs = loop.counts, loop.tokens, loop.steps, loop.secs
     summary = {
-        "run_dir": str(job.run_dir), **counts, "new_tokens": tokens, "steps": steps,
+        "run_dir": str(job.run_dir), "job_id": job.job_id, **counts, "new_tokens": tokens, "steps": steps,
         "S": compression(tokens, steps) if steps else None, "tokens_per_s": tokens / secs if secs else None,
     }
     s_txt = f"{summary['S']:.3f}" if steps else "n/a"
@@ -238,13 +264,28 @@ def _hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except (UserError, ModelLoadError, RecordsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(err))
 
 
-def main() -> None:
-    """Console-script entry point (``lookahead-run``)."""
-    _hydra_main()
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (``lookahead-run``); ``argv`` replaces ``sys.argv[1:]`` (tests)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    saved_argv, saved_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own errors (bad override, unknown option) to us
+    try:
+        _hydra_main()
+    except (HydraException, OmegaConfBaseException) as err:
+        fail(hydra_message(err))
+    finally:
+        sys.argv = saved_argv
+        if saved_env is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_env
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tasks.data import load_records
-from tasks.execution import DEFAULT_TIMEOUT_S
+from tasks.execution import DEFAULT_TIMEOUT_S, sandbox_kind
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,10 @@ class CodeTask(Task):
 
     def example_id(self, doc: dict[str, Any], index: int) -> str:
         return str(doc["task_id"])
+
+    def sandbox_kind(self) -> str:
+        """Which sandbox runs the generated programs here (``namespaces`` or ``rlimits``), for manifests."""
+        return sandbox_kind()
 
 
 def render_plain(messages: list[dict[str, str]]) -> str:

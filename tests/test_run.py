@@ -1,7 +1,9 @@
-"""The Hydra runner: config composition and rejection, sweeps, records, resume, the joblib launcher.
+"""The Hydra runner: config composition and rejection, job identity, sweeps, records, resume, the
+manifest's invocations, progress output, the joblib launcher.
 
 A tiny random LLaMA with the embedded model's tokenizer is saved to a temp dir and run by path, so
-these tests exercise the real loading path in seconds.
+these tests exercise the real loading path in seconds (``save_tiny_checkpoint``, also used by the
+bad-input, concurrency and launcher tests).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"offline datasets not found at {DATA}")
 
 
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory) -> str:
+def save_tiny_checkpoint(out: Path, max_positions: int = 4096) -> str:
+    """A random 2-layer LLaMA with SmolLM2's tokenizer, saved to ``out`` (a checkpoint path for model.name)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -37,13 +39,17 @@ def tiny_ckpt(tmp_path_factory) -> str:
     torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, initializer_range=0.3,
+        num_key_value_heads=2, max_position_embeddings=max_positions, initializer_range=0.3,
         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
     )
-    out = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> str:
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _compose(overrides: list[str]):
@@ -133,7 +139,9 @@ def test_multirun_sweep_records_and_report(tiny_ckpt, tmp_path):
     for _, r in df[df.decoder != "ar"].iterrows():
         assert r["output_hash"] == ar[(r["task"], r["example_id"])]
     manifest = json.loads(next(res.rglob("manifest.json")).read_text())
-    assert manifest["config"]["model"]["name"] == tiny_ckpt and "torch" in manifest["versions"]
+    assert manifest["config"]["model"]["name"] == tiny_ckpt
+    (inv,) = manifest["invocations"]
+    assert "torch" in inv["versions"] and inv["ended"] and inv["counts"]["done"] == 2
 
     from harness.report import build_report
 
@@ -203,3 +211,81 @@ def test_auto_tuned_job_records_choice_and_keeps_it_on_resume(tiny_ckpt, tmp_pat
     assert len(df) == 3
     for col in ("p_W", "p_N", "p_G", "p_text_ngram", "p_step_tokens"):
         assert df[col].nunique(dropna=False) == 1, col
+
+
+# ---- job identity, invocations, progress ---------------------------------------------------------------
+def _job(*over: str):
+    return prepare(_compose(["task=gsm8k", f"data_dir={DATA}", "limit=1", *over]))
+
+
+def test_job_identity_covers_what_changes_records_and_nothing_else(tmp_path):
+    base = _job()
+    assert len(base.job_id) == 12 and base.run_dir.name.endswith(f"-{base.job_id}")
+    assert base.identity["task_options"] == {"num_fewshot": 0} and base.identity["data"] == str(DATA.resolve())
+    # where results go, the warm-up, the limit and an explicit default leave the job as it is
+    for over in (["limit=3"], ["warmup_tokens=4"], ["+task.options.num_fewshot=0"], [f"data_dir={DATA}/."]):
+        assert _job(*over).job_id == base.job_id, over
+    assert _job(f"results_dir={tmp_path}").job_id == base.job_id
+    changed = [["+task.options.num_fewshot=8"], ["model.attn=eager"], ["max_prompt_tokens=100"],
+               ["max_new_tokens=7"], ["seed=1"], ["temperature=0.5"], ["top_k=3"], ["dtype=bfloat16"],
+               ["model.name=other"], ["decoder=pld"], ["decoder=lookahead"], ["decoder=lookahead", "decoder.W=6"]]
+    jobs = [_job(*over) for over in changed]
+    assert len({base.job_id, *(j.job_id for j in jobs)}) == len(changed) + 1
+    assert len({base.run_dir, *(j.run_dir for j in jobs)}) == len(changed) + 1
+    # the prompt variant is the identity without the decoder: ar, pld and lookahead runs pair up
+    assert {j.variant for j in jobs[-3:]} == {base.variant}
+    assert base.variant not in {j.variant for j in jobs[:-3]}
+
+
+def test_a_changed_task_option_is_a_new_job_and_a_raised_limit_extends_one(tiny_ckpt, tmp_path):
+    from harness.records import read_manifest
+
+    base = [f"model.name={tiny_ckpt}", "task=gsm8k", "max_new_tokens=4", f"data_dir={DATA}", f"results_dir={tmp_path}"]
+    first = run(_compose(base + ["limit=2"]))
+    fewshot = run(_compose(base + ["limit=2", "+task.options.num_fewshot=8"]))  # was: 2 skipped as "done"
+    assert (first["done"], fewshot["done"], fewshot["resumed"]) == (2, 2, 0)
+    assert fewshot["run_dir"] != first["run_dir"]
+    more = run(_compose(base + ["limit=3", "warmup_tokens=2"]))
+    assert more["run_dir"] == first["run_dir"] and (more["resumed"], more["done"]) == (2, 1)
+
+    manifest = read_manifest(first["run_dir"])
+    assert manifest["job_id"] == first["job_id"] and manifest["tuned"] is None
+    assert [inv["counts"]["done"] for inv in manifest["invocations"]] == [2, 1]  # one entry per invocation
+    for inv in manifest["invocations"]:
+        assert inv["started"] <= inv["ended"] and "matmul_path" in inv and inv["versions"]["torch"]
+    assert read_manifest(fewshot["run_dir"])["identity"]["task_options"] == {"num_fewshot": 8}
+    df = load_records(tmp_path)
+    assert len(df) == 5 and set(df["job_id"]) == {first["job_id"], fewshot["job_id"]}
+    assert df.groupby("job_id")["variant"].nunique().eq(1).all() and df["variant"].nunique() == 2
+
+
+def test_report_pairs_with_ar_of_the_same_prompt_variant_only(tiny_ckpt, tmp_path):
+    from harness.report import build_report
+
+    base = [f"model.name={tiny_ckpt}", "task=gsm8k", "limit=2", "max_new_tokens=4", f"data_dir={DATA}",
+            f"results_dir={tmp_path}"]
+    for over in (["decoder=ar"], ["decoder=pld"], ["decoder=pld", "+task.options.num_fewshot=2"]):
+        run(_compose(base + over))
+    rep = build_report(load_records(tmp_path))
+    row = rep[rep["decoder"] == "pld"].iloc[0]
+    assert row["prompts"] == 4 and row["matched"] == 2  # the 2-shot prompts have no ar of their own
+
+
+def test_progress_bar_on_a_terminal_one_line_per_prompt_in_a_log(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    import io
+
+    base = [f"model.name={tiny_ckpt}", "task=gsm8k", "limit=2", "max_new_tokens=4", f"data_dir={DATA}"]
+    run(_compose(base + [f"results_dir={tmp_path / 'log'}"]))
+    out = capsys.readouterr()
+    assert out.out.count(" turn 0: ") == 2 and "running S" in out.out and "ex/s" not in out.err
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    run(_compose(base + [f"results_dir={tmp_path / 'tty'}"]))
+    assert " turn 0: " not in capsys.readouterr().out
+    bar = term.getvalue()
+    assert "2/2" in bar and "<" in bar and "S " in bar and "tok/s" in bar  # count, ETA, running S

@@ -12,7 +12,10 @@ Definitions (printed with every table, because they are easy to misread):
 * tok/s = total new tokens / total decode seconds (prefill excluded).
 * speedup over ``ar``: a record is matched with the ``ar`` record of the same
   (model, dtype, device, task, example_id, turn, max_new_tokens, temperature,
-  top_k, top_p, seed). ``speedup_mean`` = mean over matched prompts of
+  top_k, top_p, seed, variant); ``variant`` is the prompt variant (the job identity
+  minus the decoder: task options, data source, attention path, ...), so a gsm8k
+  8-shot lookahead run never pairs with a 0-shot ar run. Records written before
+  variants existed share one variant (""). ``speedup_mean`` = mean over matched prompts of
   ar decode_s / decode_s; ``speedup_agg`` = sum ar decode_s / sum decode_s over
   the same matched prompts.
 * exact_match = share of matched prompts whose ``output_hash`` equals ar's.
@@ -37,8 +40,10 @@ from harness.records import RecordsError, compression
 
 MATCH_KEYS: tuple[str, ...] = (
     "model", "dtype", "device", "task", "example_id", "turn",
-    "max_new_tokens", "temperature", "top_k", "top_p", "seed",
+    "max_new_tokens", "temperature", "top_k", "top_p", "seed", "variant",
 )
+#: Match keys old records may lack: missing means one shared value ("").
+OPTIONAL_MATCH_KEYS: tuple[str, ...] = ("variant",)
 SETUP_KEYS: tuple[str, ...] = ("model", "dtype", "device")
 GROUP_KEYS: tuple[str, ...] = (
     "model", "dtype", "device", "task", "temperature", "top_k", "top_p",
@@ -58,7 +63,7 @@ DEFINITIONS = (
 )
 AR_HINT = (
     "run decoder=ar on the same task (same model, dtype, device, max_new_tokens, "
-    "temperature/top_k/top_p and seed) into the same results dir"
+    "temperature/top_k/top_p, seed and task options/data) into the same results dir"
 )
 
 
@@ -80,6 +85,8 @@ def attach_baseline(df: pd.DataFrame) -> pd.DataFrame:
     (:func:`harness.analysis.compare.against_reference` on MATCH_KEYS; a duplicate ar record keeps the first).
     """
     ok = df[df["status"] == "ok"].copy()
+    for key in OPTIONAL_MATCH_KEYS:
+        ok[key] = ok[key].fillna("") if key in ok.columns else ""
     for col in (c for c in ok.columns if c.startswith("score_")):  # bools/None -> numbers/NaN
         ok[col] = pd.to_numeric(ok[col].map(lambda v: float(v) if isinstance(v, bool) else v), errors="coerce")
     out = against_reference(ok, MATCH_KEYS).rename(
@@ -92,7 +99,7 @@ def attach_baseline(df: pd.DataFrame) -> pd.DataFrame:
 def build_report(df: pd.DataFrame) -> pd.DataFrame:
     """One row per GROUP_KEYS (task x decoder config x sampling setup); see module doc."""
     for col in (*GROUP_KEYS, *MATCH_KEYS):
-        if col not in df.columns:
+        if col not in df.columns and col not in OPTIONAL_MATCH_KEYS:
             raise RecordsError(f"records lack column {col!r}; load them with harness.records.load_records")
     ok = attach_baseline(df)
     score_cols = sorted(c for c in ok.columns if c.startswith("score_"))

@@ -29,8 +29,9 @@ def _parser() -> argparse.ArgumentParser:
             "prompts, ar/jacobi/pld/lookahead) with the committed baseline. Exit 1 when any config x task S "
             "(sum tokens / sum steps) drops by more than the tolerance, or when any greedy output differs "
             "from ar's, or when the suite (prompts, max_new_tokens, model, dtype) no longer matches the "
-            "baseline; exit 2 when the baseline is missing; exit 0 otherwise. S gains beyond the tolerance "
-            "are reported, not failed."
+            "baseline; exit 2 when the check cannot run (no baseline, no data dir, the model or a dataset "
+            "cannot be loaded; one error line); exit 0 otherwise. S gains beyond the tolerance are "
+            "reported, not failed."
         ),
     )
     ap.add_argument(
@@ -68,7 +69,14 @@ def _read_baseline(path: Path) -> dict[str, Any] | str:
     return data
 
 
+def _cannot_run(message: str) -> int:
+    """One ``error:`` line on stderr; the exit status that says "the check did not run" (2)."""
+    print("error: regression suite cannot run: " + " ".join(message.split()), file=sys.stderr)
+    return EXIT_CANNOT_RUN
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0 passed, 1 regressed or inexact, 2 could not run."""
     parser = _parser()
     args = parser.parse_args(argv)
     if not 0 <= args.tolerance < 1:
@@ -78,11 +86,21 @@ def main(argv: list[str] | None = None) -> int:
         print(baseline, file=sys.stderr)
         return EXIT_NO_BASELINE
 
+    if not args.data_dir.is_dir():  # before the model loads: this one needs no model to find out
+        return _cannot_run(
+            f"data dir {args.data_dir} not found; pass --data-dir <dir> holding the offline datasets "
+            "(gsm8k, humaneval, mt_bench copies in the Hugging Face schema)"
+        )
     from harness import load_backend
+    from harness.runtime.backend import ModelLoadError
+    from tasks.data import DatasetUnavailable
 
     t_start = time.perf_counter()
-    backend = load_backend(MODEL, dtype=DTYPE)
-    prompts = load_prompts(backend.tokenizer, args.data_dir)
+    try:
+        backend = load_backend(MODEL, dtype=DTYPE)
+        prompts = load_prompts(backend.tokenizer, args.data_dir)
+    except (ModelLoadError, DatasetUnavailable, ValueError, OSError) as err:
+        return _cannot_run(str(err))
     print(
         f"regression suite: {MODEL} {DTYPE}, {len(prompts)} prompts, max_new_tokens={MAX_NEW_TOKENS} "
         f"(model and prompts ready in {time.perf_counter() - t_start:.1f}s)"
