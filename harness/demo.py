@@ -1,10 +1,12 @@
-"""The main job on the embedded default: all four decoders on a few built-in prompts.
+"""The main job on the embedded default: every decoder on a few built-in prompts, on this machine.
 
-Prints one table per run: tokens, steps, S = tokens / steps (prefill not counted), tokens/s, speedup
-over `ar` and whether each decoder reproduced `ar`'s tokens exactly. Every decoder gets one untimed
-warm-up generation first; the timed figures are medians over ``--repeats`` runs in this one process.
+Prints the matmul path (kernel variant and ISA, or library) first, then one table: tokens, steps,
+S = tokens / steps (prefill not counted), tokens/s, speedup over `ar` and whether each decoder
+reproduced `ar`'s tokens exactly. Lookahead runs twice: a paper-style setting, and the shape the
+auto-tuner picks for this machine's latency curve, calibrated on two held-out prompts (never on the
+measured ones). Every decoder gets one untimed warm-up first; timed figures are medians over ``--repeats``.
 
-    python -m harness.demo [--model smollm2] [--dtype float32] [--max-new-tokens 96] [--repeats 1]
+    python -m harness.demo [--model smollm2] [--dtype float32|bf16w] [--max-new-tokens 96] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import statistics
 import time
 
 from decoders import build_decoder
+from decoders.autotune import autotune, latency_curve
+from decoders.lookahead import SHAPE
 
 BUILTIN_PROMPTS = {
     "chat": "Give me three tips for staying focused while studying, with one sentence each.",
@@ -24,20 +28,26 @@ BUILTIN_PROMPTS = {
     "        chunk = values[i:i + window]\n"
     "        result.append(sum(chunk) / window)\n"
     "    return result\n",
-    "summarization": "Summarize in two sentences: The city council voted on Tuesday to extend the riverside "
+    "summary": "Summarize in two sentences: The city council voted on Tuesday to extend the riverside "
     "bike path by four miles, connecting two parks and the central train station. Construction will begin "
     "next spring and take eighteen months. Council members said the path would cut traffic and give "
     "commuters a safer route to work, while some residents worried about the loss of trees.",
 }
-CONFIGS: list[tuple[str, dict]] = [
-    ("ar", {}),
-    ("jacobi", {"window": 5}),
-    ("pld", {"max_ngram": 3, "num_pred": 10}),
-    ("lookahead", {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}),
-    # the shape the auto-tuner picks most on a 2-core CPU: a small window, long prompt/output n-grams
-    ("lookahead", {"W": 1, "N": 3, "G": 1, "text_ngram": 7, "pool_from_prompt": True, "pool_from_output": True,
-                   "pool_context": True}),
-]
+# the auto-tuner calibrates on these, so its choice is tested on text it has not seen
+CALIBRATION_PROMPTS = (
+    "Explain in a short paragraph why the sky is blue, then give one everyday example.",
+    "Add input validation to this function and explain each check:\n\n"
+    "def divide(a, b):\n    return a / b\n",
+)
+PAPER_STYLE = {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}
+CPU_POOLS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
+
+
+def shape_text(params: dict) -> str:
+    """``(1,3,1,t7)``: W, N, G, then text n-gram length and step cap where set."""
+    extra = [f"t{params['text_ngram']}"] if params.get("text_ngram") else []
+    extra += [f"cap{params['step_tokens']}"] if params.get("step_tokens") else []
+    return "(" + ",".join([str(params[k]) for k in ("W", "N", "G")] + extra) + ")"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bf16w", "bfloat16"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=1)
@@ -54,20 +64,35 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     backend = load_backend(args.model, dtype=args.dtype, device=args.device)
+    print(f"matmuls: {backend.matmul_path}")
     print(f"model {args.model} ({args.dtype}, {args.device}) loaded in {time.perf_counter() - t0:.1f}s")
-    prompts = {
-        k: encode_prompt(Prompt(messages=[{"role": "user", "content": v}]), backend.tokenizer)
-        for k, v in BUILTIN_PROMPTS.items()
-    }
-    labels = [name + ("" if not params else "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")")
-              for name, params in CONFIGS]
-    width = max(len(x) for x in labels) + 2
-    header = f"{'prompt':<14}{'decoder':<{width}}{'tokens':>7}{'steps':>7}{'S':>7}{'tok/s':>8}{'speedup':>9}  exact"
+
+    def encode(text: str) -> list[int]:
+        return encode_prompt(Prompt(messages=[{"role": "user", "content": text}]), backend.tokenizer)
+
+    t0 = time.perf_counter()
+    curve = latency_curve(backend, ks=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 32), reps=3)
+    tuned = autotune(backend, [encode(p) for p in CALIBRATION_PROMPTS], curve, args.max_new_tokens,
+                     screen_tokens=48, finalists=2, **CPU_POOLS)
+    shape = {k: tuned.params[k] for k in SHAPE}
+    print(f"latency t(1) {curve[1] * 1e3:.0f} ms, t(8) {curve[8] * 1e3:.0f} ms, t(32) {curve[32] * 1e3:.0f} ms; "
+          f"auto-tuned lookahead {shape_text(shape)} in {time.perf_counter() - t0:.0f}s "
+          f"(predicted {tuned.predicted:.2f}x)")
+    configs = [
+        ("ar", "ar", {}),
+        ("jacobi(5)", "jacobi", {"window": 5}),
+        ("pld(3,10)", "pld", {"max_ngram": 3, "num_pred": 10}),
+        (f"lookahead{shape_text(PAPER_STYLE)} paper", "lookahead", PAPER_STYLE),
+        (f"lookahead{shape_text(shape)} auto", "lookahead", {**shape, **CPU_POOLS}),
+    ]
+    width = max(len(label) for label, _, _ in configs) + 2
+    header = f"{'prompt':<9}{'decoder':<{width}}{'tokens':>7}{'steps':>6}{'S':>6}{'tok/s':>7}{'speedup':>8}  exact"
     print(f"\n{args.device.upper()} timings, {args.dtype}, max_new_tokens={args.max_new_tokens}; "
-          f"S = new tokens / decoding steps (prefill not counted)\n" + header + "\n" + "-" * len(header))
-    for kind, ids in prompts.items():
+          f"S = new tokens / steps (prefill not counted)\n" + header + "\n" + "-" * len(header))
+    for kind, text in BUILTIN_PROMPTS.items():
+        ids = encode(text)
         ref_tokens, ref_time = None, None
-        for (name, params), label in zip(CONFIGS, labels):
+        for label, name, params in configs:
             dec = build_decoder(name, **params)
             dec.generate(backend, ids, min(16, args.max_new_tokens))  # warm-up, untimed
             runs = [dec.generate(backend, ids, args.max_new_tokens) for _ in range(args.repeats)]
@@ -76,8 +101,8 @@ def main(argv: list[str] | None = None) -> None:
             if name == "ar":
                 ref_tokens, ref_time = res.tokens, secs
             print(
-                f"{kind:<14}{label:<{width}}{len(res.tokens):>7}{res.steps:>7}{res.compression:>7.2f}"
-                f"{len(res.tokens) / secs:>8.1f}{ref_time / secs:>8.2f}x  {'yes' if res.tokens == ref_tokens else 'NO'}"
+                f"{kind:<9}{label:<{width}}{len(res.tokens):>7}{res.steps:>6}{res.compression:>6.2f}"
+                f"{len(res.tokens) / secs:>7.1f}{ref_time / secs:>7.2f}x  {'yes' if res.tokens == ref_tokens else 'NO'}"
             )
 
 

@@ -1,10 +1,14 @@
 """Wall-clock benchmark on the current machine: latency curve, peers, roofline and overhead.
 
-    python -m harness.perf [--dtype float32 bfloat16] [--tasks humaneval mt_bench gsm8k xsum]
+    python -m harness.perf [--dtype float32 bf16w] [--matmul auto|library|avx512|avx2|baseline]
+                           [--tasks humaneval mt_bench gsm8k xsum]
                            [--prompts 5] [--max-new-tokens 256] [--out results/perf]
                            [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens]] ...]
                            [--no-hf]
 
+0. The memory bound: this machine's read bandwidth (a sum over a 512 MB buffer), the matmul weight bytes
+   one step reads, and t(1) against bytes / bandwidth. Results go to ``<out>/<kernel variant or library>``
+   so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries.
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
@@ -38,6 +42,8 @@ from decoders.lookahead import SHAPE
 from harness.analysis.compare import against_reference
 from harness.jobs import measure
 from harness.records import compression
+from harness.runtime.loading import DTYPES
+from harness.runtime.matmul import MATMUL_CHOICES
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -140,13 +146,43 @@ def shape_label(shape: dict[str, Any]) -> str:
     return "(" + ",".join([str(shape[k]) for k in ("W", "N", "G")] + extra) + ")"
 
 
+def read_bandwidth(megabytes: int = 512, reps: int = 5) -> float:
+    """Bytes per second this machine reads from memory: the median of ``reps`` sums over a float32 buffer
+    far larger than the caches (all torch threads, as a decoding step uses them)."""
+    import torch
+
+    x = torch.ones(megabytes * (1 << 20) // 4)
+    x.sum()  # touch every page first
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.numel() * 4 / statistics.median(times)
+
+
+def memory_floor_line(backend, curve: dict[int, float], bandwidth: float) -> str:
+    """t(1) against the time to read the step's weights once at the measured bandwidth."""
+    weight = backend.step_weight_bytes()
+    floor = weight / bandwidth
+    return (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
+            f"{floor * 1e3:.1f} ms; t(1) = {curve[1] * 1e3:.1f} ms = {curve[1] / floor:.2f}x the bound")
+
+
+def matmul_key(path: str) -> str:
+    """Folder name for a matmul path: the kernel variant (``avx2``) or ``library``."""
+    return path.split()[1] if path.startswith("kernel ") else "library"
+
+
 def main(argv: list[str] | None = None) -> None:
     from decoders import build_decoder
     from harness import load_backend
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--dtype", nargs="+", default=["float32", "bf16w"], choices=sorted(DTYPES))
+    ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
+                    help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tasks", nargs="+", default=["humaneval", "mt_bench", "gsm8k", "xsum"])
     ap.add_argument("--prompts", type=int, default=4)
@@ -158,20 +194,25 @@ def main(argv: list[str] | None = None) -> None:
                     help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
-    ap.add_argument("--out", default="results/perf")
+    ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/")
     args = ap.parse_args(argv)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
 
-    report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args), "runs": {}}
+    bandwidth = read_bandwidth()
+    report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args),
+                              "read_bandwidth_Bps": bandwidth, "runs": {}}
     text = []
+    out_dir = None
     for dtype in args.dtype:
-        backend = load_backend(args.model, dtype=dtype, device=args.device)
+        backend = load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul)
+        out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
         curve = latency_curve(backend, cache_len=args.cache_len)
         line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
-        head = f"== {args.device.upper()} {dtype}: {args.model}, cache {args.cache_len}: {line}"
+        head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}; {args.model}, cache "
+                f"{args.cache_len}: {line}\n{memory_floor_line(backend, curve, bandwidth)}")
         print(head, flush=True)
         text.append(head)
+        report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path, "curve_s": curve,
+                                             "step_weight_bytes": backend.step_weight_bytes()}
         for task in args.tasks:
             found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)
             prompts, held_out = found[: args.prompts], found[args.prompts :]
@@ -220,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
                 "curve_s": curve, "table": table, "tuned": {"params": tuned.params,
                 "predicted_speedup": tuned.predicted, "calibration": tuned.calibration},
             }
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "perf.json").write_text(json.dumps(report, indent=1, default=str))
     (out_dir / "perf.md").write_text("\n".join(text) + "\n")
     print(f"\nwrote {out_dir / 'perf.json'} and {out_dir / 'perf.md'}")

@@ -147,7 +147,7 @@ def test_packed_matmuls_only_where_they_fit():
         pytest.skip("oneDNN-packed matmuls are not available on this machine")
     assert not can_pack(model, memory_bytes=3 * weight_bytes - 1)
     assert can_pack(model, memory_bytes=3 * weight_bytes)
-    be = Backend(model, tokenizer=None, name="tiny", small_gemm=False)
+    be = Backend(model, tokenizer=None, name="tiny", matmul="library")
     assert be._proj[0].qkv.packed is not None  # the tiny model fits: the tests exercise the packed path
 
 
@@ -160,19 +160,19 @@ def _with_projections(be: Backend, pack: bool, kernel) -> None:
 
 @pytest.mark.parametrize("k", [1, 2, 3, 7, 20, 40])
 def test_every_matmul_path_gives_the_same_logits(k):
-    """Plain F.linear (GPU, big models), the oneDNN/MKL CPU paths and our few-row kernel agree for every
-    step size."""
+    """Plain F.linear (GPU, big models), the oneDNN/MKL CPU paths and every variant of our kernel this
+    CPU runs agree for every step size."""
+    from harness.runtime.kernels import available_variants, load_small_gemm
     from harness.runtime.matmul import can_pack
-    from harness.kernels import load_small_gemm
 
     be = _fresh("sdpa")
     paths = {"plain": (False, None)}
     if can_pack(be.model):
         paths["packed"] = (True, None)
-    if load_small_gemm() is not None:
-        paths["kernel"] = (True, load_small_gemm())
-    if len(paths) == 1:
-        pytest.skip("only plain F.linear applies on this machine")
+    for variant in available_variants():
+        kernel = load_small_gemm(variant)
+        assert kernel is not None, f"the {variant} kernel did not build"
+        paths[variant] = (True, kernel)
     ids = torch.randint(0, 48, (50,), generator=torch.Generator().manual_seed(3))
     out = {}
     for name, (pack, kernel) in paths.items():
@@ -185,23 +185,40 @@ def test_every_matmul_path_gives_the_same_logits(k):
         torch.testing.assert_close(out[name], out["plain"], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("n_out, n_in", [(64, 64), (100, 37), (1, 5), (130, 200)])
-def test_small_gemm_kernel(n_out, n_in):
-    """Our kernel equals x @ W^T for any shape (columns padded to its 64-wide blocks and cut back), and a
-    row's result is bitwise the same alone or among up to 32 rows at any offset."""
-    from harness.kernels import load_small_gemm
+def test_matmul_choice_is_checked_and_described():
+    from harness.runtime.kernels import available_variants
 
-    kernel = load_small_gemm()
-    if kernel is None:
-        pytest.skip("the few-row kernel does not apply on this machine (needs AVX-512 and a compiler)")
-    g = torch.Generator().manual_seed(n_out)
-    w = torch.randn(n_out, n_in, generator=g)
-    x = torch.randn(32, n_in, generator=g)
-    packed = kernel.pack(w)
-    full = kernel.linear(x, packed, n_out)
-    assert full.shape == (32, n_out)
-    torch.testing.assert_close(full, x @ w.T, atol=1e-4, rtol=1e-5)
-    for rows in (1, 2, 5, 6, 7, 13):
-        for start in (0, 19):
-            assert torch.equal(kernel.linear(x[start : start + rows].contiguous(), packed, n_out),
-                               full[start : start + rows]), (rows, start)
+    with pytest.raises(ValueError, match="matmul must be one of"):
+        Backend(tiny_model(1), tokenizer=None, name="tiny", matmul="mkl")
+    assert Backend(tiny_model(1), tokenizer=None, name="tiny", matmul="library").matmul_path.startswith(
+        ("oneDNN packed", "F.linear"))
+    best = available_variants()[0]
+    assert Backend(tiny_model(1), tokenizer=None, name="tiny").matmul_path.startswith(f"kernel {best} ")
+    for variant in available_variants():
+        be = Backend(tiny_model(1), tokenizer=None, name="tiny", matmul=variant, bf16_weights=True)
+        assert be.matmul_path.startswith(f"kernel {variant} ") and be.matmul_path.endswith("bfloat16 weights")
+        assert be._proj[0].qkv.small.dtype == torch.bfloat16
+
+
+def test_bf16w_is_exact_and_equals_its_float32_twin():
+    """dtype=bf16w: weights rounded to bfloat16 once, float32 everything else. Our kernel reads them as
+    bfloat16 and gives bitwise the float32 kernel's logits on the same rounded weights, and every decoder
+    stays equal to `ar` in that mode."""
+    from decoders import build_decoder
+    from harness.runtime.loading import round_weights_to_bf16
+
+    model = tiny_model(2)
+    round_weights_to_bf16(model)
+    for p in (model.lm_head.weight, model.model.layers[0].mlp.down_proj.weight):
+        assert torch.equal(p, p.to(torch.bfloat16).float())
+    narrow = Backend(model, tokenizer=None, name="tiny-bf16w", bf16_weights=True)
+    wide = Backend(model, tokenizer=None, name="tiny-rounded-f32")
+    ids = torch.randint(4, 48, (30,), generator=torch.Generator().manual_seed(5))
+    for be in (narrow, wide):
+        be.reset(64)
+    assert torch.equal(narrow.forward(ids, torch.arange(30)), wide.forward(ids, torch.arange(30)))
+    prompt = [7, 8, 9, 10, 11, 7, 8, 9, 10, 11, 7, 8]
+    ref = build_decoder("ar").generate(narrow, prompt, 30).tokens
+    for name, params in [("jacobi", {"window": 4}), ("pld", {}), ("lookahead", {"W": 3, "N": 3, "G": 3}),
+                         ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_output": True, "text_ngram": 5})]:
+        assert build_decoder(name, **params).generate(narrow, prompt, 30).tokens == ref, (name, params)

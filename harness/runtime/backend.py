@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from harness.runtime.flops import forward_flops, model_shape
-from harness.runtime.matmul import Projection, can_pack, layer_projections
+from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral")
 ATTN_IMPLS = ("sdpa", "eager")
@@ -59,10 +59,12 @@ class Backend:
     """
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer, name: str, attn: str = "sdpa", small_gemm: bool = True
+        self, model: torch.nn.Module, tokenizer, name: str, attn: str = "sdpa", matmul: str = "auto",
+        bf16_weights: bool = False,
     ) -> None:
-        """``small_gemm``: use our few-row float32 kernel where it applies (see :class:`Projection`);
-        False keeps the library matmuls (tests compare the two)."""
+        """``matmul``: which matmul path (:data:`harness.runtime.matmul.MATMUL_CHOICES`); ``bf16_weights``:
+        the model's linear weights hold bfloat16 values (``dtype=bf16w``), so our kernel stores them in
+        bfloat16 and reads half the bytes, with the same results."""
         if attn not in ATTN_IMPLS:
             raise ValueError(f"attn must be one of {ATTN_IMPLS}, got {attn!r}")
         model_type = getattr(model.config, "model_type", None)
@@ -79,15 +81,12 @@ class Backend:
         param = next(model.parameters())
         self.dtype: torch.dtype = param.dtype
         self.device: torch.device = param.device
-        # the forward's matmuls, prepacked on CPU (see Projection); decided once, not per call
+        # the forward's matmuls, prepacked on CPU (see harness.runtime.matmul); decided once, not per call
         pack = can_pack(model)
-        kernel = None
-        if pack and small_gemm and self.dtype == torch.float32:
-            from harness.kernels import load_small_gemm
-
-            kernel = load_small_gemm()
-        self._proj = [layer_projections(layer, pack, kernel) for layer in model.model.layers]
-        self._lm_head = Projection.of((model.lm_head,), pack, kernel)
+        kernel = select_kernel(matmul, model)
+        self._proj = [layer_projections(layer, pack, kernel, bf16_weights) for layer in model.model.layers]
+        self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights)
+        self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype)
         eos = model.config.eos_token_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         ids: set[int] = set()
@@ -102,6 +101,11 @@ class Backend:
         self._pending = 0  # entries written by the last forward, not yet committed
         self._k_cache: torch.Tensor | None = None  # [n_layers, n_kv, capacity, head_dim]
         self._v_cache: torch.Tensor | None = None
+
+    def step_weight_bytes(self) -> int:
+        """Bytes of matmul weights one forward reads: what a decoding step streams from memory."""
+        projections = [p for lp in self._proj for p in (lp.qkv, lp.o, lp.gate_up, lp.down)] + [self._lm_head]
+        return sum(p.weight_bytes for p in projections)
 
     # ---- cache management -------------------------------------------------------------------------
     @property

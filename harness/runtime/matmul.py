@@ -25,6 +25,9 @@ import torch
 import torch.nn.functional as F
 
 MIN_GEMM_ROWS = 6  # fewest rows the oneDNN path runs with: fewer cost more than 6, so they are padded
+#: ``matmul=`` choices: ``auto`` (the best kernel variant this CPU runs, else the libraries), ``library``
+#: (never our kernel), or one kernel variant by name, to force it (e.g. ``avx2`` on an AVX-512 machine).
+MATMUL_CHOICES = ("auto", "library", "avx512", "avx2", "baseline")
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,14 @@ class Projection:
     weight: torch.Tensor | None = None  # [out, in], the linears' weights concatenated (oneDNN float32)
     packed: torch.Tensor | None = None  # the same, oneDNN-packed
     bias: torch.Tensor | None = None  # [out], with the packed and kernel paths
-    small: torch.Tensor | None = None  # [ceil(out/block), in, block], packed for our kernel
+    small: torch.Tensor | None = None  # [ceil(out/64)*4, in, 16] column stripes, packed for our kernel
     kernel: Any = None  # the compiled module that reads ``small``
 
     @classmethod
-    def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool, kernel: Any = None) -> Projection:
-        """``pack``: use the oneDNN/MKL CPU paths; ``kernel``: our few-row kernel, which then replaces them."""
+    def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool, kernel: Any = None,
+           bf16_weights: bool = False) -> Projection:
+        """``pack``: use the oneDNN/MKL CPU paths; ``kernel``: our few-row kernel, which then replaces
+        them, with its packed weights stored in bfloat16 when ``bf16_weights`` (half the bytes a step reads)."""
         if kernel is None and not pack:
             return cls(linears)
         with torch.inference_mode():
@@ -55,7 +60,7 @@ class Projection:
                 bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
                                   for m in linears])
             if kernel is not None:
-                return cls(linears, bias=bias, small=kernel.pack(weight), kernel=kernel)
+                return cls(linears, bias=bias, small=kernel.pack(weight, bf16_weights), kernel=kernel)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
         # only float32 runs 1-2 rows as W @ x^T
         return cls(linears, weight if weight.dtype == torch.float32 else None, packed, bias)
@@ -63,6 +68,13 @@ class Projection:
     @cached_property  # read on every kernel call: summed once
     def out_features(self) -> int:
         return sum(m.out_features for m in self.linears)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights one call reads (the memory floor of a step is their sum over the forward)."""
+        if self.small is not None:
+            return self.small.numel() * self.small.element_size()
+        return sum(m.weight.numel() * m.weight.element_size() for m in self.linears)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         k = x.shape[0]
@@ -125,11 +137,48 @@ class LayerProjections:
     down: Projection
 
 
-def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None) -> LayerProjections:
+def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None,
+                      bf16_weights: bool = False) -> LayerProjections:
     att, mlp = layer.self_attn, layer.mlp
     return LayerProjections(
-        qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack, kernel),
-        o=Projection.of((att.o_proj,), pack, kernel),
-        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel),
-        down=Projection.of((mlp.down_proj,), pack, kernel),
+        qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack, kernel, bf16_weights),
+        o=Projection.of((att.o_proj,), pack, kernel, bf16_weights),
+        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel, bf16_weights),
+        down=Projection.of((mlp.down_proj,), pack, kernel, bf16_weights),
     )
+
+
+def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
+    """Our kernel module for ``model`` per ``matmul`` (see MATMUL_CHOICES), or None for the libraries.
+
+    The kernel takes float32 activations on CPU, and like the packed path it holds a second copy of the
+    weights, so it applies where :func:`can_pack` does. ``auto`` falls back to the libraries silently where
+    the kernel does not apply and with one line on stderr where it fails to build; a forced variant that
+    cannot be had is an error.
+    """
+    if matmul not in MATMUL_CHOICES:
+        raise ValueError(f"matmul must be one of {', '.join(MATMUL_CHOICES)}, got {matmul!r}")
+    if matmul == "library":
+        return None
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype != torch.float32 or not can_pack(model):
+        if matmul == "auto":
+            return None
+        raise ValueError(f"matmul={matmul} needs a float32 (or bf16w) model on CPU that fits twice in memory; "
+                         f"use matmul=auto or matmul=library")
+    from harness.runtime.kernels import load_small_gemm
+
+    kernel = load_small_gemm(None if matmul == "auto" else matmul)  # ValueError: a variant this CPU lacks
+    if kernel is None and matmul != "auto":
+        raise RuntimeError(f"the {matmul} matmul kernel could not be built (see the note above); use matmul=auto")
+    return kernel
+
+
+def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtype) -> str:
+    """What the manifests, perf results and the demo print: ``kernel avx2 (AVX2) bfloat16 weights``,
+    ``oneDNN packed float32`` or ``F.linear bfloat16``."""
+    name = str(dtype).removeprefix("torch.")
+    if kernel is not None:
+        info = kernel.kernel_info
+        return f"kernel {info.variant} ({info.isa}) {'bfloat16' if bf16_weights else 'float32'} weights"
+    return f"{'oneDNN packed' if pack else 'F.linear'} {name}{' (weights rounded to bfloat16)' if bf16_weights else ''}"

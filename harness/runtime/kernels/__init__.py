@@ -1,0 +1,267 @@
+"""Our one compiled kernel: the few-row matmul of decoding steps (``small_gemm.cpp``), in per-CPU variants.
+
+One portable C++ source, written against torch's ``at::vec::Vectorized<float>``, is compiled into
+separately named extensions, one per variant:
+
+- ``avx512``: AVX-512 F/BW/VL/DQ + FMA (x86 CPUs with ``avx512f``);
+- ``avx2``: AVX2 + FMA;
+- ``baseline``: no SIMD flags: at::vec's generic arrays, which the compiler vectorizes for plain
+  x86-64 (SSE2); on aarch64 the default build, which is NEON.
+
+Every variant sums each output element in one float32 accumulator over k in order with the same
+operation at every row count, so a row's result does not depend on the other rows of the call (bitwise,
+within one variant; across variants the last bits may differ: the baseline has no FMA on x86).
+
+Module API (each variant): ``pack(w, bf16=False)`` once per weight [out, in] (float32 or bfloat16),
+then ``linear(x, packed, n_out)`` per call on contiguous float32 ``x`` [rows, in]; bfloat16 packed
+weights are widened to float32 in registers. ``info()`` says what the build compiled to.
+
+Building: on first use with torch's C++ extension loader (~30-60 s per variant), cached under
+``$XDG_CACHE_HOME/lookahead-bench/kernels/<variant>-<hash>`` (default ``~/.cache``), the hash covering
+the source text, the flags, torch's and Python's versions. Builds are serialized by an ``fcntl.flock``
+lock (released by the OS when a process dies, so never stale) with a timeout; under it a leftover
+torch ``lock`` file (a killed build's, on which torch would wait forever) is removed. A corrupt cached
+build is deleted and rebuilt once: one whose library differs from the sha256 recorded after it last
+imported, or (none recorded) whose ELF headers reach past its end (a truncated library passes dlopen
+and dies of SIGBUS later), or that fails to import. Where no kernel can be had (no compiler, a
+timeout), :func:`load_small_gemm` returns None after one line on stderr, and the backend keeps library
+matmuls. :func:`describe` gives the manifests' ``kernel avx2`` (or ``library matmuls``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from harness.runtime.kernels.cache import Flock, FlockTimeout, cached_build_ok, module_name, record_good_build
+
+SOURCE = Path(__file__).with_name("small_gemm.cpp")
+
+# flags common to every variant: no -ffast-math, and no contraction of a * b + c behind our back (the
+# explicit fmadd is an intrinsic where the ISA has FMA; the generic fallback stays mul-then-add)
+COMMON_CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math")
+LDFLAGS = ("-fopenmp",)
+
+# variant -> (compiler flags, /proc/cpuinfo flags the CPU needs); preference order on x86
+X86_VARIANTS: dict[str, tuple[list[str], set[str]]] = {
+    "avx512": (["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+                "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"],
+               {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}),
+    "avx2": (["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"], {"avx2", "fma"}),
+    "baseline": (["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"], set()),
+}
+# elsewhere only the default build: NEON on aarch64, the generic arrays (or the compiler's default
+# target) on other architectures
+OTHER_VARIANTS: dict[str, tuple[list[str], set[str]]] = {
+    "baseline": (["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"], set()),
+}
+
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What :func:`load_small_gemm` loaded; ``str()`` is the manifests' ``kernel <variant>``."""
+
+    variant: str  # avx512 | avx2 | baseline
+    isa: str  # what at::vec compiled to: AVX512, AVX2, NEON, SVE or DEFAULT (generic arrays)
+    vector_floats: int  # floats per vector register
+    block: int  # output columns per block (a thread's unit of work)
+    build_dir: str
+
+    def describe(self, weights: torch.dtype | str | None = None) -> str:
+        """``kernel avx2`` or, given the packed weights' dtype, ``kernel avx2 bfloat16``."""
+        if weights is None:
+            return f"kernel {self.variant}"
+        name = str(weights).removeprefix("torch.")
+        return f"kernel {self.variant} {name}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def _variants() -> dict[str, tuple[list[str], set[str]]]:
+    return X86_VARIANTS if _is_x86() else OTHER_VARIANTS
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo, None where there is none (not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
+
+
+def available_variants() -> list[str]:
+    """The variants this CPU can execute, best first (``avx512`` > ``avx2`` > ``baseline`` on x86)."""
+    variants = _variants()
+    if not _is_x86():
+        return list(variants)
+    flags = _cpu_flags()
+    if flags is None:  # no /proc/cpuinfo: ask torch what its own dispatch found
+        capability = torch.backends.cpu.get_cpu_capability()
+        ok = {"AVX512": ["avx512", "avx2"], "AVX2": ["avx2"]}.get(capability, [])
+        return [*ok, "baseline"]
+    return [name for name, (_, needs) in variants.items() if needs <= flags]
+
+
+def best_variant() -> str:
+    """The fastest variant this CPU can execute."""
+    return available_variants()[0]
+
+
+def _check_variant(variant: str) -> None:
+    variants = _variants()
+    if variant not in variants:
+        raise ValueError(f"unknown small_gemm kernel variant {variant!r}; this platform builds: {', '.join(variants)}")
+    available = available_variants()
+    if variant not in available:
+        flags = _cpu_flags() or set()
+        missing = sorted(variants[variant][1] - flags)
+        lacks = f" (it lacks {', '.join(missing)})" if missing else ""
+        raise ValueError(f"this CPU cannot execute the {variant!r} small_gemm kernel{lacks}; "
+                         f"it can run: {', '.join(available)}")
+
+
+def cache_root() -> Path:
+    """Where the builds go: ``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/lookahead-bench/kernels``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lookahead-bench" / "kernels"
+
+
+def build_flags(variant: str) -> list[str]:
+    """The compiler flags of ``variant`` (besides torch's own)."""
+    return [*COMMON_CFLAGS, *_variants()[variant][0]]
+
+
+def build_key(variant: str) -> str:
+    """``<variant>-<hash>``: the build directory's name, the hash over everything the binary depends on."""
+    h = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), "\0".join(build_flags(variant)).encode(), "\0".join(LDFLAGS).encode(),
+                 torch.__version__.encode(), sys.version.encode(), platform.machine().encode()):
+        h.update(part)
+        h.update(b"\1")
+    return f"{variant}-{h.hexdigest()[:16]}"
+
+
+def build_dir(variant: str) -> Path:
+    """The build directory of ``variant`` under :func:`cache_root`."""
+    return cache_root() / build_key(variant)
+
+
+def _note(msg: str) -> None:
+    print(f"note: {msg}", file=sys.stderr, flush=True)
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's first line, and its first compiler ``error:`` line if it has one further down."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    first = lines[0]
+    if first.startswith("Error building extension") and ": " in first:
+        first = first.split(": ", 1)[0]  # not the compiler's command line that follows
+    detail = next((ln for ln in lines[1:] if "error" in ln.lower()), None)
+    return f"{first} [{detail}]" if detail else first
+
+
+def _torch_load(variant: str, directory: Path) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    name = module_name(directory)
+    # torch's in-process versioner skips the build step for a name it has seen (even after we deleted a
+    # corrupt build) and renames a rebuild in another directory to name_v1: forget the name, so ninja
+    # always checks the directory (a no-op when it is up to date)
+    getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
+    directory.mkdir(parents=True, exist_ok=True)
+    return cpp_extension.load(
+        name=name, sources=[str(SOURCE)], extra_cflags=build_flags(variant),
+        extra_ldflags=list(LDFLAGS),  # a copy: torch appends to it
+        build_directory=str(directory), verbose=False,
+    )
+
+
+def _build(variant: str, timeout_s: float) -> ModuleType | None:
+    """Build (or load the cached build of) ``variant``; None after one stderr line when it cannot."""
+    directory = build_dir(variant)
+    fallback = "using library matmuls"
+    try:
+        with Flock(directory.with_name(directory.name + ".flock"), timeout_s):
+            # under our flock no build of ours is running, so torch's baton is a killed build's
+            stale = directory / "lock"
+            if stale.exists():
+                stale.unlink()
+                _note(f"removed a stale torch build lock {stale} (left by a killed build)")
+            ok, why = cached_build_ok(directory)
+            if not ok:
+                _note(f"small_gemm {variant}: cached build in {directory} is corrupt ({why}); "
+                      "deleting it and rebuilding")
+                shutil.rmtree(directory, ignore_errors=True)
+            for attempt in (0, 1):
+                try:
+                    module = _torch_load(variant, directory)
+                    break
+                except ImportError as err:  # built, or found built, but does not import
+                    if attempt:
+                        raise
+                    _note(f"small_gemm {variant}: cached build in {directory} does not load "
+                          f"({_one_line(err)}); deleting it and rebuilding")
+                    shutil.rmtree(directory, ignore_errors=True)
+            record_good_build(directory)
+    except FlockTimeout as err:
+        _note(f"small_gemm kernel {variant} not loaded ({err}); {fallback}")
+        return None
+    except Exception as err:  # no compiler / ninja / headers, a failed compile: fall back, never fail the run
+        _note(f"small_gemm kernel {variant} not built ({_one_line(err)}); {fallback}")
+        return None
+    info = module.info()
+    module.kernel_info = KernelInfo(variant=variant, isa=str(info["isa"]), vector_floats=int(info["vector_floats"]),
+                                    block=int(info["block"]), build_dir=str(directory))
+    return module
+
+
+def load_small_gemm(variant: str | None = None, timeout_s: float = 600) -> ModuleType | None:
+    """The compiled kernel module of ``variant`` (default: :func:`best_variant`), or None where it cannot
+    be built (one line on stderr says why; the caller keeps library matmuls).
+
+    Raises ValueError for an unknown variant or one this CPU cannot execute. ``timeout_s`` bounds the
+    wait for another process's build of the same variant. One build or load per variant and process;
+    the loaded module carries ``kernel_info`` (:class:`KernelInfo`).
+    """
+    if variant is None:
+        variant = best_variant()
+    _check_variant(variant)
+    return _build_once(variant, timeout_s)
+
+
+@functools.cache  # one build or load per variant and process
+def _build_once(variant: str, timeout_s: float) -> ModuleType | None:
+    return _build(variant, timeout_s)
+
+
+def kernel_info(module: ModuleType | None) -> KernelInfo | None:
+    """What a module from :func:`load_small_gemm` is (None for None)."""
+    return None if module is None else module.kernel_info
+
+
+def describe(module: ModuleType | None, weights: torch.dtype | str | None = None) -> str:
+    """For manifests: ``kernel avx2`` (``kernel avx2 bfloat16`` given the packed weights' dtype), or
+    ``library matmuls`` where no kernel was loaded."""
+    return "library matmuls" if module is None else module.kernel_info.describe(weights)

@@ -1,0 +1,107 @@
+"""Time one SmolLM2-135M forward's matmuls per path: ``python -m harness.runtime.kernels.bench``.
+
+The 30 layers' fused projections (q/k/v 576->960, o 576->576, gate/up 576->3072, down 1536->576) and
+the LM head 576->49152, each layer with its own random weights (so nothing stays in cache between
+layers: ~538 MB in float32, as in the model), at several row counts, for plain ``F.linear`` and for
+each kernel variant this CPU can execute with float32 and with bfloat16 packed weights. Prints the
+median of ``--reps`` timed forwards after a warm-up, as a markdown table in milliseconds, with a read
+bandwidth probe (a sum over a large float32 tensor) and the weight bytes / bandwidth floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from harness.runtime.kernels import available_variants, load_small_gemm
+
+HIDDEN, INTER, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
+LAYER_SHAPES = [(HIDDEN + 2 * KV, HIDDEN), (HIDDEN, HIDDEN), (2 * INTER, HIDDEN), (HIDDEN, INTER)]  # [out, in]
+ROWS = [1, 2, 3, 4, 6, 8, 12, 16, 32, 64]
+
+
+def weights(layers: int) -> list[torch.Tensor]:
+    """Every matmul of one forward, [out, in] float32, scaled like trained weights (values ~0.04)."""
+    g = torch.Generator().manual_seed(0)
+    ws = [torch.randn(n, k, generator=g) * k ** -0.5 for _ in range(layers) for n, k in LAYER_SHAPES]
+    ws.append(torch.randn(VOCAB, HIDDEN, generator=g) * HIDDEN ** -0.5)
+    return ws
+
+
+def time_ms(fn, reps: int, stat: str = "median", warmup: int = 2) -> float:
+    """``stat`` (median or min) of ``reps`` timed calls after ``warmup`` untimed ones, in ms."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * (min(times) if stat == "min" else statistics.median(times))
+
+
+def read_bandwidth(mb: int = 512, reps: int = 7, stat: str = "median") -> float:
+    """GB/s of a sum over an ``mb`` MB float32 tensor (all threads)."""
+    t = torch.ones(mb * 2**20 // 4)
+    ms = time_ms(lambda: t.sum(), reps, stat)
+    return t.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=ROWS)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--variants", nargs="+", default=None, help="kernel variants (default: all this CPU runs)")
+    ap.add_argument("--no-torch", action="store_true", help="skip F.linear")
+    ap.add_argument("--stat", choices=["median", "min"], default="median",
+                    help="median (default) or min of the reps (min: the least disturbed by other processes)")
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(0)
+    ws = weights(args.layers)
+    fp32_bytes = sum(w.numel() for w in ws) * 4
+    gbs = read_bandwidth(stat=args.stat)
+    inputs = {r: {k: torch.randn(r, k) for k in (HIDDEN, INTER)} for r in args.rows}
+
+    columns: dict[str, dict[int, float]] = {}
+    with torch.inference_mode():
+        if not args.no_torch:
+            columns["F.linear"] = {r: time_ms(lambda r=r: [F.linear(inputs[r][w.shape[1]], w) for w in ws],
+                                              args.reps, args.stat) for r in args.rows}
+        for variant in args.variants or available_variants():
+            mod = load_small_gemm(variant)
+            if mod is None:
+                continue
+            for bf16 in (False, True):
+                packed = [(mod.pack(w, bf16), w.shape[0], w.shape[1]) for w in ws]
+                name = f"{variant} {'bf16' if bf16 else 'fp32'}"
+                columns[name] = {
+                    r: time_ms(lambda r=r, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed],
+                               args.reps, args.stat) for r in args.rows}
+                del packed
+
+    print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB), {args.layers} "
+          f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
+          f"{fp32_bytes / 2e6:.0f} MB bfloat16 -> floor {fp32_bytes / 2 / gbs / 1e6:.1f} ms")
+    print()
+    names = list(columns)
+    print("| rows | " + " | ".join(names) + " |")
+    print("|---:|" + "---:|" * len(names))
+    for r in args.rows:
+        print(f"| {r} | " + " | ".join(f"{columns[n][r]:.1f}" for n in names) + " |")
+    if 1 in args.rows:  # 1 row against the bandwidth floor of the bytes it reads
+        floors = {n: fp32_bytes / (2 if "bf16" in n else 1) / gbs / 1e6 for n in names}
+        print("| 1 row / floor | " + " | ".join(f"{columns[n][1] / floors[n]:.2f}x" for n in names) + " |")
+        print("| 1 row GB/s | " + " | ".join(f"{floors[n] * gbs / columns[n][1]:.1f}" for n in names) + " |")
+    print()
+    print(f"milliseconds per forward's matmuls ({args.stat} of {args.reps} after warm-up); floor = weight "
+          "bytes / read bandwidth (bf16 columns: half the bytes)")
+
+
+if __name__ == "__main__":
+    main()

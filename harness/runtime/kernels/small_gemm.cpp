@@ -1,0 +1,276 @@
+// Few-row matmul for decoding, one portable source: y[M, N] = x[M, K] @ W[N, K]^T, x and y float32,
+// W float32 or bfloat16 (converted to float32 in registers, exactly).
+//
+// Why: a decoding step multiplies 1-32 rows by every weight matrix, so its cost is streaming the
+// weights from memory once. Library GEMMs either re-lay the weights out per call or take slower paths
+// at a few rows (see the backend's Projection). Here the weights are packed once into 16-column
+// stripes [N/16][K][16] (a stripe row is one 64-byte cache line in float32); four consecutive stripes
+// form a 64-column block, the unit of work of a thread. Each thread streams a contiguous run of blocks,
+// and every row of x is multiplied against a block while it is in registers/L1-L2.
+//
+// Exactness: each output element is ONE float32 accumulator summed over k = 0..K-1 in order with the
+// same operation (at::vec::fmadd), whatever M is and whichever row tile or column subtile the element
+// falls in. So a row's result is bitwise independent of the other rows of the call: a 1-token step, a
+// 6-token lookahead step and a 300-row prefill give identical results for a shared row. Only the column
+// subtiling changes with M (it decides which accumulators live in registers together, never an
+// element's summation order): 1 row keeps a whole block's columns in independent accumulators to hide
+// the FMA latency, more rows take narrower subtiles times up to 6 rows to fit the register file.
+// bfloat16 weights are widened exactly (bits << 16), so they give bitwise the float32 result on the
+// same weights rounded to bfloat16.
+//
+// Portability: written once against at::vec::Vectorized<float> (torch's headers), which compiles to
+// AVX-512, AVX2, NEON, SVE or a generic array fallback depending on the CPU_CAPABILITY_* macro and the
+// compiler's target flags; the Python loader builds one extension per variant from this same text.
+// Build with -ffp-contract=off: the explicit fmadd stays fused where the ISA has FMA (it is an
+// intrinsic), and the generic fallback's a * b + c is never contracted differently per tile.
+//
+// Headers: the few ATen ones needed plus torch's pybind11 tensor casters, not <torch/extension.h>
+// (all of libtorch's C++ API: about twice the compile time).
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+using bf16 = c10::BFloat16;
+
+constexpr int64_t VS = Vec::size();        // floats per vector: 16 AVX-512, 8 AVX2/generic, 4 NEON
+constexpr int64_t SW = 16;                 // columns per stripe (one 64-byte line of float32)
+constexpr int64_t NSB = 4;                 // stripes per block
+constexpr int64_t BN = SW * NSB;           // columns per block, the unit of work of a thread
+constexpr int64_t SV = SW / VS > 0 ? SW / VS : 1;  // vectors per stripe
+static_assert(SW % VS == 0, "a stripe must be a whole number of vectors");
+// Column subtiles (stripes handled together) by row count; all divide NSB. Chosen so that the
+// accumulators (rows x stripes x SV), the weights of one k (stripes x SV) and a broadcast fit the
+// register file: 16 registers on AVX2 / x86 generic, 32 on AVX-512 and aarch64.
+// From 3 rows on, row tiles of up to MT_MAX rows against NSM stripes.
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr const char* ISA = "AVX512";
+constexpr int NS1 = 4, NS2 = 4, NSM = 4, MT_MAX = 6;  // 1 row: 4 acc; 2 rows: 8; 6 rows: 24 (+4 weights)
+#elif defined(CPU_CAPABILITY_AVX2)
+constexpr const char* ISA = "AVX2";
+constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2 rows: 8 (+4 weights); 6: 12 (+2)
+#elif defined(CPU_CAPABILITY_SVE256) || defined(CPU_CAPABILITY_SVE)
+constexpr const char* ISA = "SVE";
+constexpr int NS1 = 4, NS2 = 4, NSM = 2, MT_MAX = 6;
+#elif defined(__aarch64__)
+constexpr const char* ISA = "NEON";
+constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 16 acc; 2 rows: 16 (+8); 6 rows: 24 (+4)
+#else
+// at::vec's generic arrays, which the compiler vectorizes itself (SSE2 on plain x86-64): it keeps 1-2
+// row tiles in registers (10-15 GFLOP/s per core here) but not more (2-4 GFLOP/s), so 2-row tiles
+constexpr const char* ISA = "DEFAULT";
+constexpr int NS1 = 4, NS2 = 2, NSM = 2, MT_MAX = 2;
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SG_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define SG_PREFETCH(p) ((void)0)
+#endif
+
+// Weight loads: one vector of VS floats from float32 or bfloat16 (exact widening)
+inline Vec load_w(const float* p) { return Vec::loadu(p); }
+inline Vec load_w(const bf16* p) {
+  Vec out;
+  at::vec::load_fp32_from_bf16(p, out);
+  return out;
+}
+
+// Software prefetch, this many bytes ahead in each stripe, in the first row tile of a block (the one
+// that streams it from memory), where the tile does enough arithmetic per weight line: from 3 rows on
+// with float32 weights, from 2 with bfloat16 (twice the weights per line). Measured on Zen 3 (AVX2, 2
+// threads, paired runs): 12-25% faster there; slower (up to 30%) at 1-2 float32 rows, where the loads
+// of 2-4 stripes at once already keep enough lines in flight. Not with 4 stripes at once (AVX-512's
+// subtiles; there GCC also runs out of registers for the addresses). 0 turns it off .
+constexpr int64_t PREFETCH_BYTES = 2048;
+
+// One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
+template <typename T, int MT, int NS>
+inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe) {
+  if constexpr (MT == 1) {  // each weight vector used once: load it next to its FMA (no register pressure)
+    const Vec xb(xk[0]);
+    for (int s = 0; s < NS; ++s)
+      for (int v = 0; v < SV; ++v) acc[0][s][v] = at::vec::fmadd(xb, load_w(wk + s * stripe + v * VS), acc[0][s][v]);
+  } else {
+    Vec wv[NS][SV];
+    for (int s = 0; s < NS; ++s)
+      for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + s * stripe + v * VS);
+    for (int m = 0; m < MT; ++m) {
+      const Vec xb(xk[m * K]);
+      for (int s = 0; s < NS; ++s)
+        for (int v = 0; v < SV; ++v) acc[m][s][v] = at::vec::fmadd(xb, wv[s][v], acc[m][s][v]);
+    }
+  }
+}
+
+// One tile: MT rows (x: row stride K) x NS stripes (w: the first, stripes K*SW elements apart), all k,
+// written to y (row stride ldy; `cols` valid columns from the tile's first)
+template <typename T, int MT, int NS>
+inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, bool first) {
+  Vec acc[MT][NS][SV];
+  for (int m = 0; m < MT; ++m)
+    for (int s = 0; s < NS; ++s)
+      for (int v = 0; v < SV; ++v) acc[m][s][v] = Vec(0.f);
+  const int64_t stripe = K * SW;
+  constexpr bool PREFETCH = MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2;
+  if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
+    // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
+    const uintptr_t pf = first && PREFETCH_BYTES > 0 ? uintptr_t(PREFETCH_BYTES) : 0;
+    for (int64_t k = 0; k < K; ++k) {
+      for (int s = 0; s < NS; ++s)
+        SG_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + s * stripe + k * SW) + pf));
+      step<T, MT, NS>(acc, x + k, K, w + k * SW, stripe);
+    }
+  } else {
+    for (int64_t k = 0; k < K; ++k) step<T, MT, NS>(acc, x + k, K, w + k * SW, stripe);
+  }
+  if (cols >= NS * SW) {
+    for (int m = 0; m < MT; ++m)
+      for (int s = 0; s < NS; ++s)
+        for (int v = 0; v < SV; ++v) acc[m][s][v].store(y + m * ldy + s * SW + v * VS);
+  } else if (cols > 0) {  // the last block's padding columns are not stored
+    float buf[NS * SW];
+    for (int m = 0; m < MT; ++m) {
+      for (int s = 0; s < NS; ++s)
+        for (int v = 0; v < SV; ++v) acc[m][s][v].store(buf + s * SW + v * VS);
+      std::memcpy(y + m * ldy, buf, cols * sizeof(float));
+    }
+  }
+}
+
+// MT rows against a block's stripes, NS at a time (cols valid columns from the block's first)
+template <typename T, int MT, int NS>
+inline void tile_block(const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, bool first) {
+  for (int64_t s0 = 0; s0 < NSB && cols > s0 * SW; s0 += NS)
+    tile<T, MT, NS>(x, K, wb + s0 * K * SW, y + s0 * SW, ldy, cols - s0 * SW, first);
+}
+
+// A row tile of mt <= MT rows (one instantiation per row count)
+template <typename T, int NS, int MT>
+inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols,
+                      bool first) {
+  if constexpr (MT > 1) {
+    if (mt < MT) return rows_tile<T, NS, MT - 1>(mt, x, K, wb, y, ldy, cols, first);
+  }
+  tile_block<T, MT, NS>(x, K, wb, y, ldy, cols, first);
+}
+
+// One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2);
+// the first streams the block from memory, the later ones find it in L2.
+template <typename T, int NS, int MT>
+void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols) {
+  const int64_t tiles = (M + MT - 1) / MT;
+  for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
+    const int64_t mt = (M - m0) / (tiles - t);
+    rows_tile<T, NS, MT>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, t == 0);
+    m0 += mt;
+  }
+}
+
+// Work split: 0 = static (at::parallel_for hands each thread one contiguous run of blocks); n > 0 =
+// dynamic: runs of about NB / (threads * n) blocks taken from a shared counter, so a thread the OS
+// descheduled (a busy machine) does not leave the others waiting for its share. 
+constexpr int64_t CHUNKS_PER_THREAD = 4;
+
+template <typename T>
+void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, int64_t b1, float* y, int64_t n_out) {
+  for (int64_t nb = b0; nb < b1; ++nb) {
+    const T* wb = w + nb * NSB * K * SW;
+    float* yb = y + nb * BN;
+    const int64_t cols = std::min<int64_t>(BN, n_out - nb * BN);
+    if (M == 1)
+      block<T, NS1, 1>(x, M, K, wb, yb, n_out, cols);
+    else if (M == 2)
+      block<T, NS2, 2>(x, M, K, wb, yb, n_out, cols);
+    else
+      block<T, NSM, MT_MAX>(x, M, K, wb, yb, n_out, cols);
+  }
+}
+
+template <typename T>
+void run(const float* x, int64_t M, int64_t K, const T* w, int64_t NB, float* y, int64_t n_out) {
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), NB);
+  if (CHUNKS_PER_THREAD <= 0 || threads <= 1) {
+    at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) { run_blocks(x, M, K, w, b0, b1, y, n_out); });
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1, NB / (threads * CHUNKS_PER_THREAD));
+  const int64_t chunks = (NB + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
+      run_blocks(x, M, K, w, c * chunk, std::min(NB, (c + 1) * chunk), y, n_out);
+  });
+}
+
+}  // namespace
+
+// W [N, K] float32 (or bfloat16) -> [ceil(N/64)*4, K, 16] stripes, zero-padded to whole blocks; bfloat16
+// (round to nearest even) when bf16, else float32.
+at::Tensor pack(at::Tensor w, bool bf16_weights) {
+  TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16),
+              "pack: float32 or bfloat16 [out, in] weight expected");
+  const auto dtype = bf16_weights ? at::kBFloat16 : at::kFloat;
+  w = w.detach().to(at::kCPU).to(dtype);
+  const int64_t N = w.size(0), K = w.size(1), NB = (N + BN - 1) / BN;
+  auto wp = at::zeros({NB * BN, K}, w.options());
+  wp.narrow(0, 0, N).copy_(w);
+  return wp.view({NB * NSB, SW, K}).transpose(1, 2).contiguous();
+}
+
+// x [M, K] contiguous float32, wp from pack(): -> [M, n_out] float32
+at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
+              "linear: contiguous float32 CPU [rows, in] input expected");
+  TORCH_CHECK(wp.dim() == 3 && wp.is_contiguous() && wp.size(2) == SW && wp.size(0) % NSB == 0,
+              "linear: weight not from pack()");
+  const int64_t M = x.size(0), K = x.size(1), NB = wp.size(0) / NSB;
+  TORCH_CHECK(wp.size(1) == K, "linear: packed weight has ", wp.size(1), " inputs, x has ", K);
+  TORCH_CHECK(n_out >= 0 && n_out <= NB * BN, "linear: n_out ", n_out, " exceeds the packed weight's ", NB * BN,
+              " columns");
+  auto y = at::empty({M, n_out}, x.options());
+  if (M == 0 || n_out == 0) return y;
+  if (K == 0) return y.zero_();
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  if (wp.scalar_type() == at::kBFloat16)
+    run<bf16>(xp, M, K, reinterpret_cast<const bf16*>(wp.data_ptr<at::BFloat16>()), NB, yp, n_out);
+  else if (wp.scalar_type() == at::kFloat)
+    run<float>(xp, M, K, wp.data_ptr<float>(), NB, yp, n_out);
+  else
+    TORCH_CHECK(false, "linear: packed weight must be float32 or bfloat16");
+  return y;
+}
+
+// What this build is: for the loader's description and the manifests
+pybind11::dict info() {
+  pybind11::dict d;
+  d["isa"] = ISA;
+  d["vector_floats"] = VS;
+  d["stripe"] = SW;
+  d["block"] = BN;
+  d["row_tile"] = MT_MAX;
+  d["prefetch_bytes"] = PREFETCH_BYTES;
+  d["chunks_per_thread"] = CHUNKS_PER_THREAD;
+  d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NSM * SW);  // columns per subtile: 1, 2, >=3 rows
+  return d;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("pack", &pack, "pack W [out, in] into 16-column stripes (64-column blocks)", pybind11::arg("w"),
+        pybind11::arg("bf16") = false);
+  m.def("linear", &linear, "x [rows, in] @ W^T from the packed stripes -> [rows, n_out]", pybind11::arg("x"),
+        pybind11::arg("packed"), pybind11::arg("n_out"));
+  m.def("info", &info, "the build's ISA and tiling");
+}

@@ -1,0 +1,278 @@
+"""The few-row matmul kernel (harness/runtime/kernels): every variant this CPU can execute is built and
+checked: against torch, bitwise row invariance (alone vs among 2..32 and among 300 rows), bfloat16
+weights, and the loader's robustness (stale torch lock, corrupt cached build, failed build, timeout).
+
+Builds go to the normal cache (``$XDG_CACHE_HOME`` or ``~/.cache``), shared across runs; the first run
+builds each variant (~30-80 s each). The corrupt-build test rebuilds once in a temporary cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.runtime import kernels as K
+from harness.runtime.kernels import cache
+
+ROOT = Path(__file__).resolve().parents[1]
+KNOWN = list(K._variants())  # avx512, avx2, baseline on x86; baseline elsewhere
+AVAILABLE = K.available_variants()
+EXPECTED_ISA = {"avx512": "AVX512", "avx2": "AVX2"}
+
+
+def test_variants_this_cpu_can_execute():
+    assert AVAILABLE and AVAILABLE[-1] == "baseline" and K.best_variant() == AVAILABLE[0]
+    flags = K._cpu_flags() or set()
+    if {"avx2", "fma"} <= flags:  # an AVX2 machine builds and tests avx2: never skipped
+        assert "avx2" in AVAILABLE
+    if "avx512" in KNOWN:  # x86: skipped only where the CPU lacks AVX-512
+        assert ("avx512" in AVAILABLE) == (K.X86_VARIANTS["avx512"][1] <= flags)
+
+
+@pytest.fixture(scope="module", params=KNOWN)
+def mod(request):
+    """The built module of each variant (module-scoped: one load per variant and test run)."""
+    variant = request.param
+    if variant not in AVAILABLE:
+        pytest.skip(f"this CPU cannot execute {variant}")
+    m = K.load_small_gemm(variant)
+    assert m is not None, f"{variant} did not build"
+    assert m.kernel_info.variant == variant
+    return m
+
+
+def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x.double() @ w.double().T).float()
+
+
+# odd shapes: K not a multiple of 8 or 16, N not a multiple of the 64-column block (and below it)
+SHAPES = [(100, 37), (1, 3), (64, 64), (130, 577), (960, 576), (576, 1536), (200, 13)]
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_matches_torch(mod, n, k):
+    g = torch.Generator().manual_seed(n * 1000 + k)
+    w = torch.randn(n, k, generator=g) * k ** -0.5
+    packed = mod.pack(w)
+    assert packed.dtype == torch.float32 and packed.shape[1:] == (k, 16) and packed.shape[0] * 16 >= n
+    for rows in (1, 2, 3, 5, 6, 7, 13, 40):
+        x = torch.randn(rows, k, generator=g)
+        y = mod.linear(x, packed, n)
+        assert y.shape == (rows, n) and y.dtype == torch.float32 and y.is_contiguous()
+        torch.testing.assert_close(y, _ref(x, w), rtol=1e-5, atol=1e-5)
+    # fewer outputs than packed: the leading columns
+    x = torch.randn(3, k, generator=g)
+    torch.testing.assert_close(mod.linear(x, packed, max(n - 5, 0)), _ref(x, w)[:, : max(n - 5, 0)],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_edges(mod):
+    w = torch.randn(70, 9)
+    packed = mod.pack(w)
+    assert mod.linear(torch.empty(0, 9), packed, 70).shape == (0, 70)
+    with pytest.raises(RuntimeError):
+        mod.linear(torch.randn(2, 9), packed, 129)  # more outputs than packed columns
+    with pytest.raises(RuntimeError):
+        mod.linear(torch.randn(2, 8), packed, 70)  # wrong input width
+    with pytest.raises(RuntimeError):
+        mod.linear(torch.randn(9, 2).t(), packed, 70)  # not contiguous
+
+
+def _row_invariance(mod, packed: torch.Tensor, n: int, x: torch.Tensor) -> None:
+    """Row i of any call equals row i of the 300-row call bitwise, wherever it sits in the call."""
+    full = mod.linear(x, packed, n)
+    for rows in [*range(1, 33), 47, 64, 299]:
+        assert torch.equal(mod.linear(x[:rows].contiguous(), packed, n), full[:rows]), rows
+    for i in (0, 1, 5, 6, 7, 11, 150, 299):  # alone, and in every position of a shifted window
+        assert torch.equal(mod.linear(x[i : i + 1].contiguous(), packed, n)[0], full[i]), i
+        for lo in range(max(0, i - 7), i + 1):
+            got = mod.linear(x[lo : lo + 8].contiguous(), packed, n)
+            assert torch.equal(got[i - lo], full[i]), (i, lo)
+
+
+@pytest.mark.parametrize("n,k", [(130, 577), (960, 576)])
+def test_row_invariance(mod, n, k):
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(n, k, generator=g) * k ** -0.5
+    _row_invariance(mod, mod.pack(w), n, torch.randn(300, k, generator=g))
+
+
+def test_bf16_weights(mod):
+    g = torch.Generator().manual_seed(3)
+    n, k = 300, 583
+    w = torch.randn(n, k, generator=g) * k ** -0.5
+    packed = mod.pack(w, bf16=True)
+    assert packed.dtype == torch.bfloat16
+    rounded = w.to(torch.bfloat16).float()  # round to nearest even, as pack does
+    x = torch.randn(300, k, generator=g)
+    y = mod.linear(x, packed, n)
+    torch.testing.assert_close(y, _ref(x, rounded), rtol=1e-5, atol=1e-5)
+    # bitwise the float32 kernel on the same weights rounded to bfloat16 (the widening is exact)
+    assert torch.equal(y, mod.linear(x, mod.pack(rounded), n))
+    # a bfloat16 weight packs the same, either way
+    assert torch.equal(mod.pack(w.to(torch.bfloat16), bf16=True), packed)
+    assert torch.equal(mod.linear(x, mod.pack(w.to(torch.bfloat16)), n), y)
+    _row_invariance(mod, packed, n, x)
+
+
+def test_describe(mod):
+    info = mod.kernel_info
+    expected = EXPECTED_ISA.get(info.variant) or ("NEON" if platform.machine().lower() in ("aarch64", "arm64")
+                                                  else "DEFAULT")
+    assert info.isa == expected
+    assert str(info) == K.describe(mod) == f"kernel {info.variant}"
+    assert K.describe(mod, torch.bfloat16) == f"kernel {info.variant} bfloat16"
+    assert K.describe(None) == "library matmuls" and K.kernel_info(None) is None
+    assert Path(info.build_dir) == K.build_dir(info.variant)
+
+
+def test_unknown_or_unsupported_variant_raises(monkeypatch):
+    with pytest.raises(ValueError, match="unknown"):
+        K.load_small_gemm("sse9")
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        if "avx512" not in AVAILABLE:
+            with pytest.raises(ValueError, match="cannot execute"):
+                K.load_small_gemm("avx512")
+        monkeypatch.setattr(K, "_cpu_flags", lambda: {"sse2"})  # a CPU without AVX2
+        assert K.available_variants() == ["baseline"]
+        with pytest.raises(ValueError, match="cannot execute.*avx2"):
+            K.load_small_gemm("avx2")
+
+
+# -- the loader's robustness, in a temporary cache ---------------------------------------------------
+
+_PROBE = """
+import sys, torch
+from harness.runtime.kernels import load_small_gemm
+m = load_small_gemm(sys.argv[1], timeout_s=float(sys.argv[2]))
+assert m is not None, "no module"
+w, x = torch.randn(70, 9), torch.randn(3, 9)
+assert torch.allclose(m.linear(x, m.pack(w), 70), x @ w.T, atol=1e-5)
+print("OK", m.kernel_info.build_dir)
+"""
+
+
+def _probe(variant: str, timeout_s: float, limit_s: float) -> subprocess.CompletedProcess:
+    """Load ``variant`` in a fresh process (inheriting XDG_CACHE_HOME); ``limit_s`` guards against a hang."""
+    return subprocess.run([sys.executable, "-c", _PROBE, variant, str(timeout_s)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=limit_s)
+
+
+@pytest.fixture(scope="module")
+def tmp_cache(tmp_path_factory):
+    """A temporary cache holding a copy of the normal cache's baseline build (copied: no build here)."""
+    built = K.load_small_gemm("baseline")
+    assert built is not None
+    root = tmp_path_factory.mktemp("xdg")
+    shutil.copytree(built.kernel_info.build_dir, root / "lookahead-bench" / "kernels" / K.build_key("baseline"))
+    return root
+
+
+def test_stale_torch_lock_does_not_hang(tmp_cache, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_cache))
+    lock = K.build_dir("baseline") / "lock"
+    lock.touch()  # what a killed build leaves: torch alone would wait on it forever
+    run = _probe("baseline", timeout_s=5, limit_s=300)
+    assert run.returncode == 0, run.stderr
+    assert "OK" in run.stdout and "stale torch build lock" in run.stderr
+    assert not lock.exists()
+
+
+def test_corrupt_build_is_rebuilt(tmp_cache, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_cache))
+    (so,) = K.build_dir("baseline").glob("*.so")
+    so.with_name(so.name + ".sha256").unlink(missing_ok=True)  # as if killed before recording it
+    # truncated, and newer than its inputs: ninja sees it as built, dlopen accepts it, and its first use
+    # would die of SIGBUS
+    so.write_bytes(so.read_bytes()[:4096])
+    run = _probe("baseline", timeout_s=600, limit_s=900)  # one real build
+    assert run.returncode == 0, run.stderr
+    assert "OK" in run.stdout and "corrupt" in run.stderr and "rebuilding" in run.stderr
+    assert so.stat().st_size > 4096 and cache.elf_intact(so)
+    assert so.with_name(so.name + ".sha256").read_text().strip() == cache._digest(so)
+
+
+def test_cached_build_checks(mod, tmp_path):
+    """Without a build: the checksum recorded after a load and the structural ELF check."""
+    directory = tmp_path / Path(mod.kernel_info.build_dir).name
+    shutil.copytree(mod.kernel_info.build_dir, directory)
+    (so,) = directory.glob("*.so")
+    recorded = so.with_name(so.name + ".sha256")
+    assert recorded.exists() and cache.cached_build_ok(directory) == (True, "")
+    data = bytearray(so.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit flipped: only the checksum can tell
+    so.write_bytes(bytes(data))
+    ok, why = cache.cached_build_ok(directory)
+    assert not ok and "checksum" in why
+    recorded.unlink()
+    assert cache.cached_build_ok(directory) == (True, "")  # structurally fine: left to the import
+    so.write_bytes(bytes(data[: len(data) // 3]))
+    ok, why = cache.cached_build_ok(directory)
+    assert not ok and "truncated" in why
+    assert not cache.elf_intact(Path(__file__))
+
+
+def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
+    """A cached library that fails to import is deleted and built once more; a second failure falls back."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    class Fake:
+        @staticmethod
+        def info():
+            return {"isa": "DEFAULT", "vector_floats": 8, "block": 64}
+
+    def fake_load(variant, directory):
+        calls.append(directory.exists())
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(calls) == 1:
+            raise ImportError("undefined symbol: nonsense")
+        return Fake()
+
+    monkeypatch.setattr(K, "_torch_load", fake_load)
+    assert isinstance(K._build("baseline", timeout_s=5), Fake)
+    assert calls == [False, False]  # the directory was deleted between the two tries
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not load" in err[0] and "rebuilding" in err[0]
+
+    def always_bad(variant, directory):
+        raise ImportError("undefined symbol: nonsense")
+
+    monkeypatch.setattr(K, "_torch_load", always_bad)
+    assert K._build("baseline", timeout_s=5) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "not built" in err[1] and "library matmuls" in err[1]
+
+
+def test_failed_build_returns_none_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    broken = tmp_path / "small_gemm.cpp"
+    broken.write_text("#error deliberately broken\n")
+    monkeypatch.setattr(K, "SOURCE", broken)
+    assert K._build("baseline", timeout_s=5) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not built" in err[0] and "library matmuls" in err[0], err
+
+
+def test_lock_timeout_returns_none_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = K.build_dir("baseline")
+    flock = path.with_name(path.name + ".flock")
+    flock.parent.mkdir(parents=True)
+    fd = os.open(flock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another process's build in progress
+        assert K._build("baseline", timeout_s=0.5) is None
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "held" in err[0] and "library matmuls" in err[0], err
+    assert not path.exists()  # nothing was built
