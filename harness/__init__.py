@@ -4,8 +4,9 @@ Layout (who may import whom, top to bottom):
 
 - ``runtime/``: the one LLaMA backend, its matmul paths and kernels, FLOPs, loading (torch).
 - ``jobs.py``: the one decode-and-record step that run, perf and regression share.
-- ``records.py``: storage (records, manifests, locks); no torch.
-- ``analysis/``: report, fit, tables, plots; records in, figures out; no torch.
+- ``jobspec.py``: a job's identity and every input check, before anything loads or is written.
+- ``records.py`` (+ ``records_dir.py``): storage (records, manifests, locks, claims); no torch.
+- ``analysis/``: report, fit, tables, plots, uncertainty; records in, figures out; no torch.
 - entry points: ``run`` (+ ``config``), ``demo``, ``perf``, ``regression``, ``report``, ``fit``, ``tables``.
 
 ``load_backend`` is resolved lazily so that ``import harness`` (and every analysis module) works

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
-    ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/")
+    ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md}")
     args = ap.parse_args(argv)
 
     bandwidth = read_bandwidth()
@@ -262,9 +262,10 @@ def main(argv: list[str] | None = None) -> None:
                 "predicted_speedup": tuned.predicted, "calibration": tuned.calibration},
             }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "perf.json").write_text(json.dumps(report, indent=1, default=str))
-    (out_dir / "perf.md").write_text("\n".join(text) + "\n")
-    print(f"\nwrote {out_dir / 'perf.json'} and {out_dir / 'perf.md'}")
+    stem = "perf-" + "-".join(args.dtype + args.tasks)  # one file per run, so runs sit side by side
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
+    (out_dir / f"{stem}.md").write_text("\n".join(text) + "\n")
+    print(f"\nwrote {out_dir / stem}.json and .md")
 
 
 if __name__ == "__main__":

@@ -157,4 +157,5 @@ def environment(backend: Backend, model: str, dtype: str) -> dict[str, Any]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "matmul_path": backend.matmul_path,
     }
