@@ -19,24 +19,12 @@ import pytest
 
 import tasks.sandbox as sandbox_module
 from tasks.execution import DEFAULT_DISK_LIMIT_BYTES, DEFAULT_MAX_PROCESSES, run_python, sandbox_kind
+from procs import processes_with
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the namespace sandbox is Linux-only")
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1024**2
-
-
-def _processes_with(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker`` (zombies have an empty one)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def _kill_all(pids: list[int]) -> None:
@@ -104,9 +92,9 @@ def test_fork_bomb_is_contained() -> None:
     start = time.monotonic()
     try:
         result = run_python(program, timeout_s=3, sandbox="namespaces")
-        elapsed, survivors = time.monotonic() - start, _processes_with(marker)
+        elapsed, survivors = time.monotonic() - start, processes_with(marker)
     finally:
-        _kill_all(_processes_with(marker))
+        _kill_all(processes_with(marker))
     assert result.status in ("failed", "timeout")
     assert elapsed < 3 + 5
     assert survivors == []
@@ -125,9 +113,9 @@ def test_setsid_child_does_not_survive(wait: bool) -> None:
     marker = _marker()
     try:
         result = run_python(program(marker), timeout_s=3, sandbox="namespaces")
-        survivors = _processes_with(marker)  # immediately, no grace period
+        survivors = processes_with(marker)  # immediately, no grace period
     finally:
-        _kill_all(_processes_with(marker))
+        _kill_all(processes_with(marker))
     assert result.status == ("timeout" if wait else "passed")
     assert survivors == []
 
@@ -135,10 +123,10 @@ def test_setsid_child_does_not_survive(wait: bool) -> None:
     try:
         run_python(program(marker), timeout_s=3, sandbox="rlimits")
         deadline = time.monotonic() + 5
-        while not (survivors := _processes_with(marker)) and time.monotonic() < deadline:
+        while not (survivors := processes_with(marker)) and time.monotonic() < deadline:
             time.sleep(0.05)  # a slow machine may not have reached the exec yet
     finally:
-        _kill_all(_processes_with(marker))
+        _kill_all(processes_with(marker))
     assert survivors
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 import time
@@ -13,6 +12,7 @@ import pytest
 
 import tasks.execution as execution
 from tasks.execution import extract_code, fenced_blocks, run_python, truncate_at_stops
+from procs import processes_with
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,20 +61,6 @@ def test_forked_children_are_killed_on_timeout(sandbox: str) -> None:
     assert time.monotonic() - start < 5
 
 
-def _processes_with(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``marker``; pids printed inside a PID
-    namespace mean nothing outside it, so the tests look for a marker instead."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 @each_sandbox
 def test_leftover_children_are_killed_after_a_normal_exit(sandbox: str) -> None:
     marker = f"lookahead-leftover-{secrets.token_hex(8)}"
@@ -86,9 +72,9 @@ def test_leftover_children_are_killed_after_a_normal_exit(sandbox: str) -> None:
     result = run_python(program, timeout_s=5, sandbox=sandbox)
     assert result.passed
     deadline = time.monotonic() + 5
-    while _processes_with(marker) and time.monotonic() < deadline:
+    while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 @each_sandbox
