@@ -182,10 +182,14 @@ def prepare(cfg: DictConfig) -> Job:
         max_new = cfg.max_new_tokens if cfg.max_new_tokens is not None else task.default_max_new_tokens
         if max_new < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
+        auto = getattr(decoder, "auto", False)
+        no_prompts = (f"decoder.auto=true tunes on the job's first prompts, but limit={cfg.limit} selects none; "
+                      "use limit >= 1")
+        if auto and cfg.limit is not None and cfg.limit < 1:  # a config error: say so before loading any data
+            raise ValueError(no_prompts)
         examples = task.examples()
-        if getattr(decoder, "auto", False) and not examples:
-            raise ValueError(f"decoder.auto=true tunes on the job's first prompts, but limit={cfg.limit} selects "
-                             "none; use limit >= 1")
+        if auto and not examples:
+            raise ValueError(no_prompts)
     except (ValueError, TypeError, DatasetUnavailable) as err:
         raise UserError(str(err)) from None
     ident = identity(cfg, decoder, task, options, max_new)

@@ -16,7 +16,9 @@ Offline hosts: a hub load without network retries for ~25 s before failing; set 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,22 @@ def _how_to_fix(local_file: str) -> str:
     )
 
 
+@contextlib.contextmanager
+def _quiet_progress(datasets: Any) -> Iterator[None]:
+    """Hide ``datasets``' "Generating train split" bars while a local file is read, then restore them.
+
+    Why: a cold cache otherwise prints two bar lines to stderr, burying a bad-input error in noise; the
+    harness shows its own progress bar per job.
+    """
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
 def load_records(
     *,
     hf_id: str,
@@ -64,7 +82,8 @@ def load_records(
                 + _how_to_fix(local_file)
             )
         try:
-            ds = datasets.load_dataset("json", data_files=str(path), split="train")
+            with _quiet_progress(datasets):
+                ds = datasets.load_dataset("json", data_files=str(path), split="train")
         except Exception as exc:  # malformed file, unreadable path, ...
             raise DatasetUnavailable(
                 f"Dataset {hf_id!r}: could not read local file {path} (data directory {directory}): "
