@@ -256,7 +256,7 @@ def test_failed_build_returns_none_with_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     broken = tmp_path / "small_gemm.cpp"
     broken.write_text("#error deliberately broken\n")
-    monkeypatch.setattr(K, "SOURCE", broken)
+    monkeypatch.setattr(K, "SOURCES", (broken, *K.SOURCES[1:]))
     assert K._build("baseline", timeout_s=5) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not built" in err[0] and "library matmuls" in err[0], err

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from harness.runtime.flops import forward_flops, model_shape
+from harness.runtime.layer_ops import layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral")
@@ -86,6 +86,8 @@ class Backend:
         kernel = select_kernel(matmul, model)
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights)
+        # the small operations between the matmuls, fused where our kernel runs (see layer_ops)
+        self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim)
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype)
         eos = model.config.eos_token_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -175,27 +177,21 @@ class Backend:
         x = model.embed_tokens(input_ids)  # [k, hidden]
         cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
         mask = self._additive_mask(k, L, tree_mask)  # [1, 1, k, L+k] or None
-        s = self.shape
-        qkv_split = [s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_kv_heads * s.head_dim]
+        s, ops = self.shape, self._ops
+        add = None  # what the last block adds to the residual stream x
         for i, layer in enumerate(model.layers):
             proj = self._proj[i]
-            h = layer.input_layernorm(x)
-            q, kk, v = proj.qkv(h).split(qkv_split, dim=-1)  # [k, H d], [k, Hkv d], [k, Hkv d]
-            q = q.reshape(k, s.n_heads, s.head_dim).transpose(0, 1)[None]  # [1, H, k, d]
-            kk = kk.reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]  # [1, Hkv, k, d]
-            v = v.reshape(k, s.n_kv_heads, s.head_dim).transpose(0, 1)[None]
-            q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
-            self._k_cache[i, :, L : L + k] = kk[0]
-            self._v_cache[i, :, L : L + k] = v[0]
+            x, h = ops.add_norm(x, add, layer.input_layernorm)  # [k, hidden] each
+            q = ops.rope_to_cache(proj.qkv(h), cos, sin, self._k_cache[i], self._v_cache[i], L)  # [1, H, k, d]
             keys = self._k_cache[i, :, : L + k][None]  # [1, Hkv, L+k, d]
             values = self._v_cache[i, :, : L + k][None]
             o = self._attention(q, keys, values, mask, layer.self_attn.scaling)  # [1, H, k, d]
-            x = x + proj.o(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim))
-            h = layer.post_attention_layernorm(x)
-            gate, up = proj.gate_up(h).chunk(2, dim=-1)  # [k, intermediate] each
-            x = x + proj.down(layer.mlp.act_fn(gate) * up)
-        h = x if logit_rows is None else x[logit_rows]  # [r, hidden]
-        logits = self._lm_head(model.norm(h)).float()  # [r, vocab]
+            x, h = ops.add_norm(x, proj.o(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim)),
+                                layer.post_attention_layernorm)
+            add = proj.down(ops.act(proj.gate_up(h), layer.mlp))  # [k, hidden]
+        _, h = ops.add_norm(x, add, model.norm)  # [k, hidden]
+        h = h if logit_rows is None else h[logit_rows]  # [r, hidden]
+        logits = self._lm_head(h).float()  # [r, vocab]
         self._pending = k
         r = k if logit_rows is None else int(logit_rows.shape[0])
         self.counters.input_tokens.append(k)

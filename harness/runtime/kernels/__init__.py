@@ -44,7 +44,8 @@ import torch
 
 from harness.runtime.kernels.cache import Flock, FlockTimeout, cached_build_ok, module_name, record_good_build
 
-SOURCE = Path(__file__).with_name("small_gemm.cpp")
+#: The extension's sources: the matmul kernel (which holds the module definition) and the fused layer ops.
+SOURCES = (Path(__file__).with_name("small_gemm.cpp"), Path(__file__).with_name("layer_ops.cpp"))
 
 # flags common to every variant: no -ffast-math, and no contraction of a * b + c behind our back (the
 # explicit fmadd is an intrinsic where the ISA has FMA; the generic fallback stays mul-then-add)
@@ -154,7 +155,8 @@ def build_flags(variant: str) -> list[str]:
 def build_key(variant: str) -> str:
     """``<variant>-<hash>``: the build directory's name, the hash over everything the binary depends on."""
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), "\0".join(build_flags(variant)).encode(), "\0".join(LDFLAGS).encode(),
+    sources = [src.read_bytes() for src in SOURCES]
+    for part in (*sources, "\0".join(build_flags(variant)).encode(), "\0".join(LDFLAGS).encode(),
                  torch.__version__.encode(), sys.version.encode(), platform.machine().encode()):
         h.update(part)
         h.update(b"\1")
@@ -192,7 +194,7 @@ def _torch_load(variant: str, directory: Path) -> ModuleType:
     getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name=name, sources=[str(SOURCE)], extra_cflags=build_flags(variant),
+        name=name, sources=[str(src) for src in SOURCES], extra_cflags=build_flags(variant),
         extra_ldflags=list(LDFLAGS),  # a copy: torch appends to it
         build_directory=str(directory), verbose=False,
     )

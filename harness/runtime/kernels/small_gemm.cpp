@@ -267,10 +267,13 @@ pybind11::dict info() {
   return d;
 }
 
+void register_layer_ops(pybind11::module_& m);  // layer_ops.cpp: the forward's small fused operations
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "pack W [out, in] into 16-column stripes (64-column blocks)", pybind11::arg("w"),
         pybind11::arg("bf16") = false);
   m.def("linear", &linear, "x [rows, in] @ W^T from the packed stripes -> [rows, n_out]", pybind11::arg("x"),
         pybind11::arg("packed"), pybind11::arg("n_out"));
   m.def("info", &info, "the build's ISA and tiling");
+  register_layer_ops(m);
 }
