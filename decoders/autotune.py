@@ -1,11 +1,14 @@
-"""Choose lookahead's (W, N, G, text_ngram, step_tokens) for this machine: maximise predicted speedup.
+"""Choose lookahead's SHAPE (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine: maximise
+predicted speedup.
 
-A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1), and within the cap)
-tokens and costs t(k); autoregressive decoding costs t(1) per token. So a configuration's speedup is
-about S x t(1) / t(k). We measure the latency curve t(k) on the backend, measure S and the mean k of
-each candidate on calibration runs (greedy; a short screening run of every candidate, then the best few
-at the job's length, see SCREEN_TOKENS), predict ``S * t(1) / t(k_mean)`` and keep the best. The
-prediction is reported beside what the full run then measures.
+A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1) + prompt_lookup, and
+within the cap) tokens and costs t(k); autoregressive decoding costs t(1) per token. We measure the
+latency curve t(k) on the backend, run each candidate on calibration prompts (greedy; a short screening
+run of every candidate, then the best few at the job's length, see SCREEN_TOKENS), and predict its
+speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best. Why the sum and not
+t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
+CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
+reported beside what the full run then measures.
 """
 
 from __future__ import annotations
@@ -33,16 +36,19 @@ FINALISTS = 4
 # fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
 # another tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
-# (W, N, G, text_ngram, step_tokens), from small steps to large. On a CPU, where t(k) grows early, the
-# small ones win; on a GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The
-# long text n-grams (7-8) pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost
-# steps of a 6-row matmul tile (a cap that is not below a step on some machine simply loses).
+# SHAPE tuples, from small steps to large. On a CPU, where t(k) grows early, the small ones win; on a
+# GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
+# pay on code and quoted text; the caps at 6 and 12 tokens sit below the cost steps of the kernel's
+# 6-row tiles (a cap that is not below a step on some machine simply loses). The prompt-lookup rows
+# (last field 10, pld's draft length) contain pld's draft and pay where the model copies long spans.
 CANDIDATES = (
-    (1, 3, 1, None, None), (1, 4, 1, None, None), (1, 5, 1, None, None), (1, 6, 1, None, None),
-    (1, 4, 2, None, None), (2, 4, 2, None, None), (2, 5, 2, None, None),
-    (1, 3, 1, 7, None), (1, 3, 2, 7, None), (1, 4, 1, 8, None), (1, 3, 1, 10, None),
-    (1, 2, 3, 7, 6), (1, 3, 3, 7, 6), (1, 3, 3, 7, 8), (1, 4, 3, 8, 8),
-    (5, 5, 5, None, None), (7, 5, 7, None, None), (15, 5, 15, None, None),
+    (1, 3, 1, None, None, None), (1, 4, 1, None, None, None), (1, 5, 1, None, None, None),
+    (1, 6, 1, None, None, None), (1, 4, 2, None, None, None), (2, 4, 2, None, None, None),
+    (2, 5, 2, None, None, None),
+    (1, 3, 1, 7, None, None), (1, 3, 2, 7, None, None), (1, 4, 1, 8, None, None), (1, 3, 1, 10, None, None),
+    (1, 2, 3, 7, 6, None), (1, 3, 3, 7, 6, None), (1, 3, 3, 7, 8, None), (1, 4, 3, 8, 8, None),
+    (1, 2, 1, 7, 12, 10), (1, 2, 2, 7, 12, 10), (1, 3, 2, 7, 12, 10), (1, 2, 1, 7, None, 10),
+    (5, 5, 5, None, None, None), (7, 5, 7, None, None, None), (15, 5, 15, None, None, None),
 )
 
 
@@ -94,17 +100,25 @@ class Tuned:
 def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, curve: dict[int, float],
                flags: dict[str, bool], shape: dict[str, Any]) -> dict[str, Any]:
     """Measured S and mean tokens per step of one candidate (``shape``: SHAPE's values), and its
-    predicted speedup."""
+    predicted speedup (see the module docstring)."""
     dec = LookaheadDecoder(**shape, **flags)
-    tokens = steps = fed = 0
+    tokens = steps = 0
+    fed: list[int] = []  # tokens fed by each step
     for ids in prompts:
         r = dec.generate(backend, ids, max_new_tokens)
         tokens += len(r.tokens)
         steps += r.steps
-        fed += sum(r.input_tokens)
-    S, k_mean = tokens / steps, fed / steps
-    return {**shape, "S": S, "k_mean": k_mean, "tokens": max_new_tokens, "prompts": len(prompts),
-            "predicted": S * curve[1] / interp_latency(curve, k_mean)}
+        fed += r.input_tokens
+    cost = {k: interp_latency(curve, k) for k in set(fed)}
+    return {**shape, "S": tokens / steps, "k_mean": sum(fed) / steps, "tokens": max_new_tokens,
+            "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve, cost)}
+
+
+def predicted_speedup(tokens: int, fed: list[int], curve: dict[int, float], cost: dict[int, float] | None = None) -> float:
+    """``tokens * t(1) / sum of t(k) over the steps``: the speedup over `ar` that ``fed`` (tokens per step)
+    would give on the latency curve, decoding overheads aside."""
+    cost = cost or {k: interp_latency(curve, k) for k in set(fed)}
+    return tokens * curve[1] / sum(cost[k] for k in fed)
 
 
 def autotune(

@@ -17,7 +17,12 @@ model repeats (code, quoted phrases) runs on for many tokens, so those drafts pa
 pooled n-grams fill the tree in rank order and the one that would overflow is cut short. Why: on a CPU
 a forward's cost rises in steps with its token count (``python -m harness.perf`` prints t(k)), so a
 cap at the end of a step keeps every forward on the cheaper side of it while G > 1 fills what is left.
-``auto`` picks (W, N, G, text_ngram, step_tokens) for this machine before the first generation:
+``prompt_lookup`` (our extension; None = off) adds prompt lookup's draft (``pld``'s longest-suffix match
+over prompt + output, up to ``LOOKUP_NGRAM`` tokens, continued for ``prompt_lookup`` tokens) as the first
+ranked chain. Why: the pool holds n-grams of one length keyed by one or two tokens, so on code, where the
+model copies long spans, ``pld``'s longer match and longer draft accept more per step; with this chain
+lookahead's draft set contains ``pld``'s, and the window and pool add to it.
+``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
 ``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
 module, never the reverse).
 """
@@ -30,12 +35,21 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from decoders.base import Decoder, Proposal, StepOutput, check_int
-from decoders.pool import NgramPool
+from decoders.pool import NgramPool, lookup_continuation
 from decoders.tree import DraftTree
 from decoders.window import LookaheadWindow
 
 # The parameters the auto-tuner sets; the pool flags stay the caller's.
-SHAPE = ("W", "N", "G", "text_ngram", "step_tokens")
+SHAPE = ("W", "N", "G", "text_ngram", "step_tokens", "prompt_lookup")
+LOOKUP_NGRAM = 3  # longest suffix prompt_lookup matches: pld's and transformers' default
+
+
+def shape_label(shape: dict[str, Any]) -> str:
+    """``(1,2,1,t7,cap12,pl10)``: W, N, G, then the text n-gram length, step cap and prompt-lookup chain
+    where set (what the demo and perf print for a SHAPE)."""
+    tags = {"text_ngram": "t", "step_tokens": "cap", "prompt_lookup": "pl"}
+    extra = [f"{tag}{shape[k]}" for k, tag in tags.items() if shape.get(k)]
+    return "(" + ",".join([str(shape[k]) for k in ("W", "N", "G")] + extra) + ")"
 
 
 @dataclass
@@ -55,6 +69,7 @@ class LookaheadDecoder(Decoder):
     pool_context: bool = False
     text_ngram: Optional[int] = None
     step_tokens: Optional[int] = None
+    prompt_lookup: Optional[int] = None
     auto: bool = False
     tuned: Any = field(default=None, init=False, repr=False)  # autotune's outcome, once tuned
 
@@ -64,6 +79,8 @@ class LookaheadDecoder(Decoder):
         check_int("G", self.G, 0, "verified n-grams per step")
         if self.text_ngram is not None:
             check_int("text_ngram", self.text_ngram, 2, "n-gram size for prompt/output n-grams")
+        if self.prompt_lookup is not None:
+            check_int("prompt_lookup", self.prompt_lookup, 1, "draft tokens of the prompt-lookup chain")
         if self.step_tokens is not None:
             low = 2 + self.W * (self.N - 1)  # root, full window, one draft token
             check_int("step_tokens", self.step_tokens, low, f"tokens per step; W={self.W}, N={self.N} need {low}")
@@ -73,7 +90,7 @@ class LookaheadDecoder(Decoder):
 
     def set_shape(self, params: dict[str, Any]) -> None:
         """Take the tuned values (SHAPE) from ``params``; the pool flags stay as they are. A record from
-        before text_ngram/step_tokens existed lacks them: they take their defaults."""
+        before text_ngram/step_tokens/prompt_lookup existed lacks them: they take their defaults."""
         defaults = {f.name: f.default for f in fields(self)}
         for k in SHAPE:
             setattr(self, k, params.get(k, defaults[k]))
@@ -84,7 +101,7 @@ class LookaheadDecoder(Decoder):
         return self.text_ngram or self.N
 
     def max_step_tokens(self) -> int:
-        uncapped = 1 + self.W * (self.N - 1) + self.G * (max(self.N, self.text_n) - 1)
+        uncapped = 1 + self.W * (self.N - 1) + self.G * (max(self.N, self.text_n) - 1) + (self.prompt_lookup or 0)
         return uncapped if self.step_tokens is None else min(uncapped, self.step_tokens)
 
     def begin(self, prompt_ids: list[int]) -> _LookaheadState:
@@ -97,7 +114,11 @@ class LookaheadDecoder(Decoder):
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
         prev = seq[-2] if len(seq) > 1 else None
         room = None if self.step_tokens is None else self.step_tokens - 1 - state.window.size
-        return Proposal(DraftTree.from_chains(state.pool.get(seq[-1], prev), room), state.window)
+        chains = state.pool.get(seq[-1], prev)
+        if self.prompt_lookup:
+            draft = lookup_continuation(seq, LOOKUP_NGRAM, self.prompt_lookup)
+            chains = [draft, *chains] if draft else chains
+        return Proposal(DraftTree.from_chains(chains, room), state.window)
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
         state.pool.add_all(state.window.advance(out.window_pred))

@@ -11,21 +11,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from decoders.base import Decoder, Proposal, check_int
+from decoders.pool import lookup_continuation
 from decoders.tree import DraftTree
-
-
-def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
-    """Tokens that followed the first earlier occurrence of seq's longest matching suffix n-gram."""
-    n_seq = len(seq)
-    for n in range(min(max_ngram, n_seq - 1), 0, -1):
-        suffix = seq[n_seq - n :]
-        first = suffix[0]
-        for start in range(n_seq - n):  # occurrences ending before the suffix itself
-            if seq[start] == first and seq[start : start + n] == suffix:
-                cont = seq[start + n : start + n + num_pred]
-                if cont:
-                    return cont
-    return []
 
 
 @dataclass

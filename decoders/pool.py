@@ -1,4 +1,6 @@
-"""The n-gram pool: n-grams keyed by their first token, at most ``cap`` continuations per key.
+"""Drafts drawn from text: the n-gram pool, and prompt lookup's longest-suffix match.
+
+The n-gram pool: n-grams keyed by their first token, at most ``cap`` continuations per key.
 
 A re-inserted n-gram moves to the front; when a key is full the least recently inserted continuation
 is evicted. Insert and lookup are O(1) per n-gram (dict-backed, insertion ordered).
@@ -8,6 +10,9 @@ by that token, and a lookup returns the continuations whose preceding token matc
 Why: keyed by one token, a frequent key (a space, a newline, ``(``) holds whichever n-grams came last;
 one token of context picks the one that continues *this* phrase, as prompt lookup's longer suffix match
 does, at no extra tokens per step.
+
+:func:`lookup_continuation` is prompt lookup's draft (Saxena 2023), used by ``pld`` and, as one more
+ranked chain, by lookahead's ``prompt_lookup``.
 """
 
 from __future__ import annotations
@@ -67,3 +72,17 @@ class NgramPool:
 
     def __len__(self) -> int:
         return sum(len(c) for c in self._by_key.values())
+
+
+def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
+    """Tokens that followed the first earlier occurrence of seq's longest matching suffix n-gram."""
+    n_seq = len(seq)
+    for n in range(min(max_ngram, n_seq - 1), 0, -1):
+        suffix = seq[n_seq - n :]
+        first = suffix[0]
+        for start in range(n_seq - n):  # occurrences ending before the suffix itself
+            if seq[start] == first and seq[start : start + n] == suffix:
+                cont = seq[start + n : start + n + num_pred]
+                if cont:
+                    return cont
+    return []

@@ -17,7 +17,7 @@ import time
 
 from decoders import build_decoder
 from decoders.autotune import autotune, latency_curve
-from decoders.lookahead import SHAPE
+from decoders.lookahead import SHAPE, shape_label
 
 BUILTIN_PROMPTS = {
     "chat": "Give me three tips for staying focused while studying, with one sentence each.",
@@ -41,13 +41,6 @@ CALIBRATION_PROMPTS = (
 )
 PAPER_STYLE = {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}
 CPU_POOLS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
-
-
-def shape_text(params: dict) -> str:
-    """``(1,3,1,t7)``: W, N, G, then text n-gram length and step cap where set."""
-    extra = [f"t{params['text_ngram']}"] if params.get("text_ngram") else []
-    extra += [f"cap{params['step_tokens']}"] if params.get("step_tokens") else []
-    return "(" + ",".join([str(params[k]) for k in ("W", "N", "G")] + extra) + ")"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,14 +69,14 @@ def main(argv: list[str] | None = None) -> None:
                      screen_tokens=48, finalists=2, **CPU_POOLS)
     shape = {k: tuned.params[k] for k in SHAPE}
     print(f"latency t(1) {curve[1] * 1e3:.0f} ms, t(8) {curve[8] * 1e3:.0f} ms, t(32) {curve[32] * 1e3:.0f} ms; "
-          f"auto-tuned lookahead {shape_text(shape)} in {time.perf_counter() - t0:.0f}s "
+          f"auto-tuned lookahead {shape_label(shape)} in {time.perf_counter() - t0:.0f}s "
           f"(predicted {tuned.predicted:.2f}x)")
     configs = [
         ("ar", "ar", {}),
         ("jacobi(5)", "jacobi", {"window": 5}),
         ("pld(3,10)", "pld", {"max_ngram": 3, "num_pred": 10}),
-        (f"lookahead{shape_text(PAPER_STYLE)} paper", "lookahead", PAPER_STYLE),
-        (f"lookahead{shape_text(shape)} auto", "lookahead", {**shape, **CPU_POOLS}),
+        (f"lookahead{shape_label(PAPER_STYLE)} paper", "lookahead", PAPER_STYLE),
+        (f"lookahead{shape_label(shape)} auto", "lookahead", {**shape, **CPU_POOLS}),
     ]
     width = max(len(label) for label, _, _ in configs) + 2
     header = f"{'prompt':<9}{'decoder':<{width}}{'tokens':>7}{'steps':>6}{'S':>6}{'tok/s':>7}{'speedup':>8}  exact"

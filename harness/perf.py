@@ -3,7 +3,7 @@
     python -m harness.perf [--dtype float32 bf16w] [--matmul auto|library|avx512|avx2|baseline]
                            [--tasks humaneval mt_bench gsm8k xsum]
                            [--prompts 5] [--max-new-tokens 256] [--out results/perf]
-                           [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens]] ...]
+                           [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] ...]
                            [--no-hf]
 
 0. The memory bound: this machine's read bandwidth (a sum over a 512 MB buffer), the matmul weight bytes
@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from decoders.autotune import autotune, interp_latency, latency_curve
 from decoders.base import token_hash
-from decoders.lookahead import SHAPE
+from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
 from harness.jobs import measure
 from harness.records import compression
@@ -129,21 +129,15 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 
 def parse_shape(text: str) -> dict[str, int | None]:
-    """``"1,3,3,7,6"`` -> W, N, G, text_ngram, step_tokens (the last two optional: None); a clear error
-    for anything else."""
+    """``"1,3,3,7,6"`` -> W, N, G, text_ngram, step_tokens, prompt_lookup (the last three optional; 0 or
+    absent: None); a clear error for anything else."""
     parts = text.split(",")
     if not 3 <= len(parts) <= len(SHAPE) or not all(p.strip().isdigit() for p in parts):
         raise argparse.ArgumentTypeError(
-            f"expected W,N,G[,text_ngram[,step_tokens]] as 3-5 integers, e.g. 1,5,1 or 1,3,3,7,6; got {text!r}")
-    values = [int(p) for p in parts] + [None] * (len(SHAPE) - len(parts))
+            f"expected W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] as 3-6 integers (0 = unset), e.g. 1,5,1 "
+            f"or 1,3,3,7,6 or 1,2,1,7,12,10; got {text!r}")
+    values = [int(p) for p in parts[:3]] + [int(p) or None for p in parts[3:]] + [None] * (len(SHAPE) - len(parts))
     return dict(zip(SHAPE, values))
-
-
-def shape_label(shape: dict[str, Any]) -> str:
-    """``(1,3,3,t7,cap6)``: W, N, G, then the text n-gram length and step cap where set."""
-    extra = ([f"t{shape['text_ngram']}"] if shape.get("text_ngram") else []) + (
-        [f"cap{shape['step_tokens']}"] if shape.get("step_tokens") else [])
-    return "(" + ",".join([str(shape[k]) for k in ("W", "N", "G")] + extra) + ")"
 
 
 def read_bandwidth(megabytes: int = 512, reps: int = 5) -> float:
@@ -192,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
     ap.add_argument("--calibration-prompts", type=int, default=2,
                     help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
-    ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP]]", type=parse_shape,
+    ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP[,PL]]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
     ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md}")
     args = ap.parse_args(argv)
@@ -222,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             tuned = autotune(backend, held_out, curve, max_new_tokens=args.max_new_tokens,
                              pool_from_output=True, pool_context=True)
             shape = {k: tuned.params[k] for k in SHAPE}
+            window_only = {**shape, "prompt_lookup": None}
             methods = [Method("ar", ours(backend, build_decoder("ar")))]
             if not args.no_hf:
                 methods += [
@@ -233,9 +228,10 @@ def main(argv: list[str] | None = None) -> None:
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(f"lookahead auto{shape_label(shape)}+pools",
                        ours(backend, build_decoder("lookahead", **tuned.params))),
-                # the same shape fed by its lookahead branch alone: what the Jacobi n-grams contribute
-                Method(f"lookahead window pool only{shape_label(shape)}",
-                       ours(backend, build_decoder("lookahead", **shape, pool_from_prompt=False))),
+                # the same shape fed by its lookahead branch alone (no prompt/output n-grams, no prompt
+                # lookup chain): what the Jacobi n-grams contribute
+                Method(f"lookahead window pool only{shape_label(window_only)}",
+                       ours(backend, build_decoder("lookahead", **window_only, pool_from_prompt=False))),
             ]
             methods += [
                 Method(f"lookahead{shape_label(fixed)}+pools", ours(backend, build_decoder(
@@ -253,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
             block = (f"\n-- {task}: {len(prompts)} prompts, max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts); "
-                     f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step); "
+                     f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
                      f"+pools = prompt and output n-grams, context-ranked\n" + format_table(table))
             print(block, flush=True)
             text.append(block)

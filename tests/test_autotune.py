@@ -18,8 +18,9 @@ def test_latency_curve_shape(tiny):
 
 def test_autotune_maximises_predicted_speedup(tiny):
     prompts = [[7, 8, 9, 10, 11] * 5, [5, 6, 5, 6, 20, 21]]
-    # a synthetic curve: a step costs 1 + k/8 units, so big windows are penalised
-    curve = {k: 1.0 + k / 8 for k in (1, 2, 4, 8, 16, 32, 64)}
+    # a synthetic curve: a step costs 1 + k/8 units, so big windows are penalised; on a linear curve the
+    # sum of t(k) over the steps is steps x t(mean k)
+    curve = {k: 1.0 + k / 8 for k in (1, 2, 4, 8, 16, 32, 64, 256)}  # linear over every k fed
     tuned = autotune(tiny, prompts, curve, max_new_tokens=24, screen_tokens=12, finalists=3)
     screen = [r for r in tuned.calibration if r["round"] == "screen"]
     final = [r for r in tuned.calibration if r["round"] == "final"]
@@ -52,6 +53,19 @@ def test_set_shape_takes_tuned_values_and_tolerates_older_records():
     assert (dec.W, dec.N, dec.G, dec.text_ngram, dec.step_tokens) == (1, 3, 3, 7, 6)
     assert dec.pool_from_output  # the pool flags are the caller's
     dec.set_shape({"W": 2, "N": 4, "G": 2})  # a manifest written before text_ngram/step_tokens
-    assert (dec.W, dec.N, dec.G, dec.text_ngram, dec.step_tokens) == (2, 4, 2, None, None)
+    assert (dec.W, dec.N, dec.G, dec.text_ngram, dec.step_tokens, dec.prompt_lookup) == (2, 4, 2, None, None, None)
+    dec.set_shape({"W": 1, "N": 2, "G": 1, "text_ngram": 7, "step_tokens": 12, "prompt_lookup": 10})
+    assert (dec.step_tokens, dec.prompt_lookup) == (12, 10)
     with pytest.raises(ValueError, match="step_tokens"):
         dec.set_shape({"W": 5, "N": 5, "G": 1, "text_ngram": None, "step_tokens": 6})  # W=5, N=5 need 22
+
+
+def test_prediction_prices_every_step_on_the_curve():
+    """Bimodal steps (1-2 tokens without a prompt-lookup match, 12 with one) are priced one by one:
+    on a stepped curve the cost at the mean k would be far off."""
+    from decoders.autotune import predicted_speedup
+
+    curve = {1: 1.0, 2: 1.1, 10: 1.2, 12: 3.0}
+    fed = [2, 2, 12, 12]
+    assert predicted_speedup(10, fed, curve) == pytest.approx(10 * 1.0 / (1.1 + 1.1 + 3.0 + 3.0))
+    assert predicted_speedup(10, fed, curve) != pytest.approx(10 / (4 * interp_latency(curve, 7)))

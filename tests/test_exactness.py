@@ -42,10 +42,11 @@ decoder_specs = st.one_of(
     st.builds(lambda w: ("jacobi", {"window": w}), st.integers(1, 8)),
     st.builds(lambda m, n: ("pld", {"max_ngram": m, "num_pred": n}), st.integers(1, 4), st.integers(1, 8)),
     st.builds(
-        lambda W, N, G, p, o, c, t, extra: (
+        lambda W, N, G, p, o, c, t, extra, pl: (
             "lookahead",
             {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o, "pool_context": c,
-             "text_ngram": t, "step_tokens": None if extra is None else 2 + W * (N - 1) + extra},
+             "text_ngram": t, "step_tokens": None if extra is None else 2 + W * (N - 1) + extra,
+             "prompt_lookup": pl},
         ),
         st.integers(1, 8),
         st.integers(2, 6),
@@ -55,6 +56,7 @@ decoder_specs = st.one_of(
         st.booleans(),
         st.one_of(st.none(), st.integers(2, 10)),  # prompt/output n-gram length apart from N
         st.one_of(st.none(), st.integers(0, 8)),  # tokens per step cap, above its minimum
+        st.one_of(st.none(), st.integers(1, 10)),  # prompt lookup's chain, first in the tree
     ),
 )
 
@@ -136,6 +138,21 @@ def test_long_text_ngrams_and_step_cap(tiny):
     # first step: root + 1 window token (the window is still filling) + 4 of the draft = 6
     assert res.tokens == ref.tokens and res.accepted[0] == 5
     assert max(res.input_tokens) == 6 == capped.max_step_tokens()
+
+
+def test_prompt_lookup_chain_contains_plds_draft(tiny):
+    """With ``prompt_lookup``, every step's tree holds pld's draft first, so a step accepts at least
+    what pld's step would from the same text; the output stays the greedy one."""
+    base = [7, 8, 9, 10, 11] * 4
+    prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens  # holds what comes next
+    ref = build_decoder("ar").generate(tiny, prompt, 20)
+    pld = build_decoder("pld", max_ngram=3, num_pred=6).generate(tiny, prompt, 20)
+    # no pool at all (G=0, no prompt pool): the window plus pld's chain
+    la = build_decoder("lookahead", W=1, N=2, G=0, pool_from_prompt=False, prompt_lookup=6).generate(tiny, prompt, 20)
+    assert la.tokens == pld.tokens == ref.tokens
+    assert la.accepted[0] == pld.accepted[0] > 1
+    assert la.steps <= pld.steps
+    assert build_decoder("lookahead", W=1, N=2, G=0, prompt_lookup=6).max_step_tokens() == 1 + 1 + 6
 
 
 def test_draft_tree_node_cap():

@@ -7,7 +7,8 @@ import argparse
 import pytest
 
 from decoders.base import token_hash
-from harness.perf import format_table, parse_shape, shape_label, summarize
+from decoders.lookahead import shape_label
+from harness.perf import format_table, parse_shape, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -36,10 +37,13 @@ def test_summarize_speedup_S_roofline_and_overhead():
 
 
 def test_parse_shape_and_label():
-    assert parse_shape("1,5,1") == {"W": 1, "N": 5, "G": 1, "text_ngram": None, "step_tokens": None}
+    assert parse_shape("1,5,1") == {"W": 1, "N": 5, "G": 1, "text_ngram": None, "step_tokens": None,
+                                    "prompt_lookup": None}
     full = parse_shape("1,3,3,7,6")
-    assert full == {"W": 1, "N": 3, "G": 3, "text_ngram": 7, "step_tokens": 6}
+    assert full == {"W": 1, "N": 3, "G": 3, "text_ngram": 7, "step_tokens": 6, "prompt_lookup": None}
     assert shape_label(full) == "(1,3,3,t7,cap6)" and shape_label(parse_shape("1,5,1")) == "(1,5,1)"
-    for bad in ("1,5", "a,b,c", "1,5,1,2,3,4", "1,-5,1"):
+    lookup = parse_shape("1,2,1,7,0,10")  # 0: unset
+    assert (lookup["step_tokens"], lookup["prompt_lookup"]) == (None, 10) and shape_label(lookup) == "(1,2,1,t7,pl10)"
+    for bad in ("1,5", "a,b,c", "1,5,1,2,3,4,5", "1,-5,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
             parse_shape(bad)

@@ -56,6 +56,8 @@ SPECULATIVE = {
     "la-2-4-2-prompt": ("lookahead", {"W": 2, "N": 4, "G": 2, "pool_from_prompt": True}),
     # no prompt pool: step 1 has no draft, step 2 verifies the window's harvested bigrams
     "la-4-2-4-window": ("lookahead", {"W": 4, "N": 2, "G": 4, "pool_from_prompt": False}),
+    # prompt lookup's chain ranked before the pool's
+    "la-1-3-2-lookup": ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_prompt": True, "prompt_lookup": 3}),
 }
 
 
