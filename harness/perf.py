@@ -43,7 +43,7 @@ from harness.analysis.compare import against_reference
 from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES
+from harness.runtime.matmul import MATMUL_CHOICES, read_bandwidth
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -138,21 +138,6 @@ def parse_shape(text: str) -> dict[str, int | None]:
             f"or 1,3,3,7,6 or 1,2,1,7,12,10; got {text!r}")
     values = [int(p) for p in parts[:3]] + [int(p) or None for p in parts[3:]] + [None] * (len(SHAPE) - len(parts))
     return dict(zip(SHAPE, values))
-
-
-def read_bandwidth(megabytes: int = 512, reps: int = 5) -> float:
-    """Bytes per second this machine reads from memory: the median of ``reps`` sums over a float32 buffer
-    far larger than the caches (all torch threads, as a decoding step uses them)."""
-    import torch
-
-    x = torch.ones(megabytes * (1 << 20) // 4)
-    x.sum()  # touch every page first
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / statistics.median(times)
 
 
 def memory_floor_line(backend, curve: dict[int, float], bandwidth: float) -> str:

@@ -14,6 +14,9 @@
 #   side, start one call per block (each loads its own model): results/make_reference.sh ablation > ablation.log 2>&1 &
 #   Resumes by default: harness.run skips every (prompt, turn) already in a run's records.jsonl, so a block
 #   stopped at any point (Ctrl-C, kill, a lost machine) goes on where it stopped when started again.
+#   Stages: each block runs its sweep at growing limits (ablation 5, 10, 20 questions; scaling 3, 10;
+#   sampling 10, 20, 40 articles). A stage only adds the next prompts to every row, so wherever a block is
+#   stopped after its first stage, all its rows share one prompt set (but the stage in progress).
 #   Timings of a resumed block come from several sessions; keep the machine otherwise idle for speedups.
 #   --clean          delete the named blocks' folders first (a fresh measurement, every prompt re-timed)
 #   --analysis-only  skip the runs: tables / fit / report on whatever records exist now (also while a block
@@ -32,7 +35,7 @@ for arg in "$@"; do
         --clean) clean=1 ;;
         --analysis-only) run=0 ;;
         ablation|scaling|sampling) blocks+=("$arg") ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "error: unknown argument '$arg' (blocks: ablation scaling sampling; flags: --clean --analysis-only)" >&2
            exit 2 ;;
     esac
@@ -55,23 +58,35 @@ for block in "${blocks[@]}"; do
     case "$block" in
         ablation)
             # Paper Table 3 rows on MT-Bench (conf/experiment/ablation.yaml); 2 turns per question
-            [ "$run" = 1 ] && $PY -m harness.run +experiment=ablation limit=20 max_new_tokens=256 \
-                data_dir=$DATA results_dir=results/ablation
+            if [ "$run" = 1 ]; then
+                for limit in 5 10 20; do
+                    $PY -m harness.run +experiment=ablation limit=$limit max_new_tokens=256 \
+                        data_dir=$DATA results_dir=results/ablation
+                done
+            fi
             if has_records ablation; then
                 $PY -m harness.tables ablation results/ablation --out results/ablation/analysis
                 $PY -m harness.report results/ablation --out results/ablation/analysis
             fi ;;
         scaling)
             # Scaling sweep on MT-Bench (conf/experiment/scaling.yaml): S against per-step FLOPs, one curve per N
-            [ "$run" = 1 ] && $PY -m harness.run +experiment=scaling limit=10 max_new_tokens=128 \
-                data_dir=$DATA results_dir=results/scaling
+            if [ "$run" = 1 ]; then
+                for limit in 3 10; do
+                    $PY -m harness.run +experiment=scaling limit=$limit max_new_tokens=128 \
+                        data_dir=$DATA results_dir=results/scaling
+                done
+            fi
             if has_records scaling; then
                 $PY -m harness.fit results/scaling --out results/scaling/analysis
             fi ;;
         sampling)
             # Paper Table 2 (conf/experiment/sampling.yaml): task=cnn_dm,xsum decoder=ar,lookahead temperature=0,1.0
-            [ "$run" = 1 ] && $PY -m harness.run +experiment=sampling limit=40 max_new_tokens=128 \
-                data_dir=$DATA results_dir=results/sampling
+            if [ "$run" = 1 ]; then
+                for limit in 10 20 40; do
+                    $PY -m harness.run +experiment=sampling limit=$limit max_new_tokens=128 \
+                        data_dir=$DATA results_dir=results/sampling
+                done
+            fi
             if has_records sampling; then
                 $PY -m harness.tables sampling results/sampling --out results/sampling/analysis
                 $PY -m harness.report results/sampling --out results/sampling/analysis

@@ -17,6 +17,7 @@ they re-lay the weights out per call or take slower paths. So on CPU:
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -95,6 +96,24 @@ class Projection:
         xp = x.contiguous() if rows == k else torch.cat([x, x[-1:].expand(rows - k, -1)])
         y = torch.ops.mkldnn._linear_pointwise(xp, self.packed, self.bias, "none", [], "")  # [rows, out]
         return y if rows == k else y[:k]
+
+
+def read_bandwidth(megabytes: int = 512, reps: int = 9) -> float:
+    """Bytes per second this machine reads from memory: a sum over a float32 buffer far larger than the
+    caches, on all torch threads (as a decoding step uses them), at its fastest of ``reps`` runs.
+
+    Why the fastest and not the median: on a shared machine other tenants' traffic only ever lowers the
+    figure (it ranged 11-19 GB/s between runs on one 2-core VM), and the memory bound it sets should be
+    the strictest one measured.
+    """
+    x = torch.ones(megabytes * (1 << 20) // 4)
+    x.sum()  # touch every page first
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.numel() * 4 / min(times)
 
 
 def physical_memory() -> int | None:
