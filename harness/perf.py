@@ -1,12 +1,12 @@
 """Wall-clock benchmark on the current machine: latency curve, peers, roofline and overhead.
 
     python -m harness.perf [--dtype float32 bf16w] [--matmul auto|library|avx512|avx2|baseline]
-                           [--tasks humaneval mt_bench gsm8k xsum]
+                           [--tasks humaneval mt_bench gsm8k xsum]   (a bare --tasks: steps 0-1 only)
                            [--prompts 5] [--max-new-tokens 256] [--out results/perf]
                            [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] ...]
                            [--no-hf]
 
-0. The memory bound: this machine's read bandwidth (a sum over a 512 MB buffer), the matmul weight bytes
+0. The memory bound: this machine's read bandwidth (the fastest of 9 sums over a 512 MB buffer), the matmul weight bytes
    one step reads, and t(1) against bytes / bandwidth. Results go to ``<out>/<kernel variant or library>``
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries.
@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
                     help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--tasks", nargs="+", default=["humaneval", "mt_bench", "gsm8k", "xsum"])
+    ap.add_argument("--tasks", nargs="*", default=["humaneval", "mt_bench", "gsm8k", "xsum"],
+                    help="tasks to decode; none (a bare --tasks): only the memory bound and latency curve per dtype")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--cache-len", type=int, default=300)
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
                 "predicted_speedup": tuned.predicted, "calibration": tuned.calibration},
             }
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "perf-" + "-".join(args.dtype + args.tasks)  # one file per run, so runs sit side by side
+    stem = "perf-" + "-".join(args.dtype + (args.tasks or ["memory"]))  # one file per run, side by side
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
     (out_dir / f"{stem}.md").write_text("\n".join(text) + "\n")
     print(f"\nwrote {out_dir / stem}.json and .md")
