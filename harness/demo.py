@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     tuned = autotune(backend, [encode(p) for p in CALIBRATION_PROMPTS], curve, args.max_new_tokens,
                      screen_tokens=48, finalists=2, **CPU_POOLS)
     shape = {k: tuned.params[k] for k in SHAPE}
-    print(f"latency t(1) {curve[1] * 1e3:.0f} ms, t(8) {curve[8] * 1e3:.0f} ms, t(32) {curve[32] * 1e3:.0f} ms; "
-          f"auto-tuned lookahead {shape_label(shape)} in {time.perf_counter() - t0:.0f}s "
+    print(f"latency t(1) {curve[1] * 1e3:.0f} ms, t(8) {curve[8] * 1e3:.0f} ms, t(32) {curve[32] * 1e3:.0f} ms")
+    print(f"auto-tuned lookahead {shape_label(shape)} in {time.perf_counter() - t0:.0f}s "
           f"(predicted {tuned.predicted:.2f}x)")
     configs = [
         ("ar", "ar", {}),

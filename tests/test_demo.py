@@ -1,0 +1,17 @@
+"""`make demo` (the README's first command) on the embedded model, at a few tokens: it names the matmul
+path first, tunes, runs every decoder on every built-in prompt, and every output equals `ar`'s."""
+
+from __future__ import annotations
+
+from harness.demo import BUILTIN_PROMPTS, main
+
+
+def test_demo_runs_exact_and_fits_100_columns(capsys):
+    main(["--max-new-tokens", "8"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("matmuls: ")
+    assert any("auto-tuned lookahead (" in ln for ln in lines)
+    rows = [ln for ln in lines if ln.split() and ln.split()[0] in BUILTIN_PROMPTS]
+    assert len(rows) == 5 * len(BUILTIN_PROMPTS)  # ar, jacobi, pld, lookahead paper and auto per prompt
+    assert all(ln.rstrip().endswith("yes") for ln in rows), "\n".join(rows)
+    assert max(len(ln) for ln in lines) <= 100
