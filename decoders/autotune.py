@@ -40,8 +40,8 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the kernel's
 # 6-row tiles (a cap that is not below a step on some machine simply loses).
-# No prompt_lookup rows by default (pass them as ``candidates``; PROMPT_LOOKUP_CANDIDATES): on AVX2
-# (2026-12-01) they screened best on one XSum prompt at 96 tokens (S 4.0, k 11) and then ran at 0.92x
+# No prompt_lookup rows by default (pass them as ``candidates``, e.g. (1, 2, 1, 7, 12, 10) or
+# (1, 2, 1, 7, None, 10)): on AVX2 (2026-12-01) they screened best on one XSum prompt at 96 tokens (S 4.0, k 11) and then ran at 0.92x
 # `ar` on four others, where (1,2,3,t7,cap6) had run at 1.31x; on HumanEval they tied with it in
 # calibration and lost nothing there. Their 10-13-token steps are priced on a curve measured at 300
 # cache entries, which undercharges them on XSum's ~1000-token prompts.
@@ -53,7 +53,6 @@ CANDIDATES = (
     (1, 2, 3, 7, 6, None), (1, 3, 3, 7, 6, None), (1, 3, 3, 7, 8, None), (1, 4, 3, 8, 8, None),
     (5, 5, 5, None, None, None), (7, 5, 7, None, None, None), (15, 5, 15, None, None, None),
 )
-PROMPT_LOOKUP_CANDIDATES = ((1, 2, 1, 7, 12, 10), (1, 2, 2, 7, 12, 10), (1, 3, 2, 7, 12, 10), (1, 2, 1, 7, None, 10))
 
 
 def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 7) -> dict[int, float]:
@@ -113,15 +112,14 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
         tokens += len(r.tokens)
         steps += r.steps
         fed += r.input_tokens
-    cost = {k: interp_latency(curve, k) for k in set(fed)}
     return {**shape, "S": tokens / steps, "k_mean": sum(fed) / steps, "tokens": max_new_tokens,
-            "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve, cost)}
+            "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve)}
 
 
-def predicted_speedup(tokens: int, fed: list[int], curve: dict[int, float], cost: dict[int, float] | None = None) -> float:
+def predicted_speedup(tokens: int, fed: list[int], curve: dict[int, float]) -> float:
     """``tokens * t(1) / sum of t(k) over the steps``: the speedup over `ar` that ``fed`` (tokens per step)
     would give on the latency curve, decoding overheads aside."""
-    cost = cost or {k: interp_latency(curve, k) for k in set(fed)}
+    cost = {k: interp_latency(curve, k) for k in set(fed)}  # each distinct step size priced once
     return tokens * curve[1] / sum(cost[k] for k in fed)
 
 

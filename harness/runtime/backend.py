@@ -189,8 +189,9 @@ class Backend:
             x, h = ops.add_norm(x, proj.o(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim)),
                                 layer.post_attention_layernorm)
             add = proj.down(ops.act(proj.gate_up(h), layer.mlp))  # [k, hidden]
-        _, h = ops.add_norm(x, add, model.norm)  # [k, hidden]
-        h = h if logit_rows is None else h[logit_rows]  # [r, hidden]
+        if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
+            x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
+        _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]
         logits = self._lm_head(h).float()  # [r, vocab]
         self._pending = k
         r = k if logit_rows is None else int(logit_rows.shape[0])

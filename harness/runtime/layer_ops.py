@@ -72,7 +72,6 @@ def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int
     layer = model.model.layers[0]
     fits = (
         kernel is not None
-        and hasattr(kernel, "add_rms_norm")
         and getattr(model.config, "hidden_act", None) == "silu"
         and all(hasattr(norm, "variance_epsilon") and hasattr(norm, "weight")
                 for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm))

@@ -10,7 +10,6 @@
 // arithmetic follows transformers' LLaMA modules (float32 variance, x * rsqrt(var + eps) * w;
 // q * cos + rotate_half(q) * sin; silu(g) = g / (1 + exp(-g))) without promising the same bits: every
 // decoder runs through this same code, which is what exactness against `ar` needs.
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
