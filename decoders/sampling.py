@@ -1,11 +1,13 @@
 """Sampling parameters and the target-distribution warp shared by every decoder.
 
 Greedy decoding is temperature 0. Every decoder draws its random numbers from one seeded
-``torch.Generator`` so that the same seed, decoder and prompt give the same output.
+``torch.Generator`` so that the same seed, decoder and prompt give the same output. A job seeds each
+prompt with :func:`prompt_seed`, so different prompts draw independent random numbers.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +38,19 @@ class SamplingParams:
         g = torch.Generator(device="cpu")
         g.manual_seed(0 if self.seed is None else int(self.seed))
         return g
+
+
+def prompt_seed(seed: int, *key: object) -> int:
+    """The generator seed of one prompt: a hash of the job's ``seed`` and the prompt's ``key``
+    (task, example id, turn), in [0, 2**63).
+
+    Why: with the job's seed for every prompt, every prompt draws the same uniforms at the same
+    positions, so the prompts' samples are correlated and an interval over prompts is too narrow.
+    Measured at T = 1 on 40 CNN/DailyMail articles: 26 of ``ar``'s summaries began with "The", 6 of
+    lookahead's with "Elation", and the paired ROUGE-1 difference read -0.050 [-0.080, -0.023].
+    """
+    digest = hashlib.sha256(repr((int(seed), *key)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

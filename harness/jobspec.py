@@ -10,7 +10,8 @@ Every bad input is found before the model loads and before any file is written:
 
 Identity: :func:`identity` holds everything that can change a record (model, dtype, device, attention
 path, task and its options with their defaults filled in, data source, max_new_tokens,
-max_prompt_tokens, sampling, decoder and its parameters) and nothing that cannot (``results_dir``,
+max_prompt_tokens, sampling, decoder and its parameters; at T > 0 also how each prompt's draws are seeded,
+so records of an older seeding are never resumed into one job) and nothing that cannot (``results_dir``,
 ``warmup_tokens``, ``limit``: a record of an example is the same whatever the limit, so raising the
 limit resumes and extends a job). ``job_id`` is its hash and the last part of the run directory;
 ``variant`` is the hash of the identity without the decoder, the key that pairs a decoder with ``ar``.
@@ -95,7 +96,9 @@ def identity(cfg: DictConfig, decoder: Any, task: Any, options: dict[str, Any], 
     model = name if name in EMBEDDED_MODELS or not path.exists() else str(path.resolve())
     local = resolve_data_dir(cfg.data_dir)
     data = str(local.resolve()) if local is not None else f"hf:{task.hf_id}:{task.hf_config}:{task.hf_split}"
+    sampled = {"seeding": "prompt_seed"} if cfg.temperature > 0 else {}  # how a prompt's draws are seeded
     return {
+        **sampled,
         "model": model, "dtype": cfg.dtype, "device": cfg.device, "attn": cfg.model.attn, "matmul": cfg.matmul,
         "task": cfg.task.name, "task_options": task_options(task, options), "data": data,
         "max_new_tokens": max_new, "max_prompt_tokens": cfg.max_prompt_tokens,

@@ -169,6 +169,7 @@ class _Loop:
 
     def turn(self, i: int, ex, turn: int, history: list[str]) -> bool:
         """One prompt; False when it was skipped (the later turns need its answer)."""
+        from decoders.sampling import prompt_seed
         from tasks import encode_prompt
 
         job, cfg, writer = self.job, self.job.cfg, self.writer
@@ -193,11 +194,12 @@ class _Loop:
         if not self.warmed:
             job.decoder.generate(self.backend, ids, min(cfg.warmup_tokens, job.max_new_tokens), **self.sampling)
             self.warmed = True
-        res, measured = measure(job.decoder, self.backend, ids, job.max_new_tokens, **self.sampling)
+        sampling = {**self.sampling, "seed": prompt_seed(cfg.seed, *key)}  # independent draws per prompt
+        res, measured = measure(job.decoder, self.backend, ids, job.max_new_tokens, **sampling)
         text = self.backend.tokenizer.decode(res.tokens, skip_special_tokens=True)
         history.append(text)
         last = turn == job.task.num_turns(ex) - 1
-        record = {**base, "status": "ok", **measured, "text": text,
+        record = {**base, "status": "ok", "sample_seed": sampling["seed"], **measured, "text": text,
                   "scores": job.task.score(ex, history) if last else {}}
         if not writer.write(record):  # another process wrote it first (wasted work, no duplicate)
             self.counts["resumed"] += 1
