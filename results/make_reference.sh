@@ -14,7 +14,7 @@
 #   side, start one call per block (each loads its own model): results/make_reference.sh ablation > ablation.log 2>&1 &
 #   Resumes by default: harness.run skips every (prompt, turn) already in a run's records.jsonl, so a block
 #   stopped at any point (Ctrl-C, kill, a lost machine) goes on where it stopped when started again.
-#   Stages: each block runs its sweep at growing limits (ablation 5, 10, 20 questions; scaling 3, 10;
+#   Stages: each block runs its sweep at growing limits (ablation 5, 10, 20 questions; scaling 5, 10;
 #   sampling 10, 20, 40 articles). A stage only adds the next prompts to every row, so wherever a block is
 #   stopped after its first stage, all its rows share one prompt set (but the stage in progress).
 #   Timings of a resumed block come from several sessions; keep the machine otherwise idle for speedups.
@@ -71,7 +71,7 @@ for block in "${blocks[@]}"; do
         scaling)
             # Scaling sweep on MT-Bench (conf/experiment/scaling.yaml): S against per-step FLOPs, one curve per N
             if [ "$run" = 1 ]; then
-                for limit in 3 10; do
+                for limit in 5 10; do
                     $PY -m harness.run +experiment=scaling limit=$limit max_new_tokens=128 \
                         data_dir=$DATA results_dir=results/scaling
                 done
