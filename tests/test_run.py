@@ -260,15 +260,21 @@ def test_a_changed_task_option_is_a_new_job_and_a_raised_limit_extends_one(tiny_
 
 
 def test_report_pairs_with_ar_of_the_same_prompt_variant_only(tiny_ckpt, tmp_path):
-    from harness.report import build_report
+    from harness.report import build_report, render_report
 
     base = [f"model.name={tiny_ckpt}", "task=gsm8k", "limit=2", "max_new_tokens=4", f"data_dir={DATA}",
             f"results_dir={tmp_path}"]
     for over in (["decoder=ar"], ["decoder=pld"], ["decoder=pld", "+task.options.num_fewshot=2"]):
         run(_compose(base + over))
-    rep = build_report(load_records(tmp_path))
-    row = rep[rep["decoder"] == "pld"].iloc[0]
-    assert row["prompts"] == 4 and row["matched"] == 2  # the 2-shot prompts have no ar of their own
+    df = load_records(tmp_path)
+    rep = build_report(df)
+    rows = rep[rep["decoder"] == "pld"].set_index("variant")
+    assert len(rows) == 2 and (rows["prompts"] == 2).all()  # one row per prompt variant, never pooled
+    zero_shot = df.loc[df["decoder"] == "ar", "variant"].iloc[0]
+    assert rows.loc[zero_shot, "matched"] == 2
+    assert rows.drop(zero_shot)["matched"].tolist() == [0]  # the 2-shot prompts have no ar of their own
+    text = render_report(rep)
+    assert text.count(zero_shot) == 2 and "variant" in text  # ar and 0-shot pld name their variant
 
 
 def test_progress_bar_on_a_terminal_one_line_per_prompt_in_a_log(tiny_ckpt, tmp_path, capsys, monkeypatch):

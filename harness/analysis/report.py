@@ -1,4 +1,5 @@
-"""Summary table per task x decoder config: S, tau, throughput, speedup and exact match vs ``ar``.
+"""Summary table per task x decoder config x prompt variant: S, tau, throughput, speedup and exact
+match vs ``ar`` (the variant is printed only where one task and sampling setting has several).
 
 ``python -m harness.report <results dir> [--out DIR]`` prints one Markdown table
 per (model, dtype, device) and writes ``report.csv`` / ``report.md``.
@@ -45,9 +46,11 @@ MATCH_KEYS: tuple[str, ...] = (
 #: Match keys old records may lack: missing means one shared value ("").
 OPTIONAL_MATCH_KEYS: tuple[str, ...] = ("variant",)
 SETUP_KEYS: tuple[str, ...] = ("model", "dtype", "device")
+#: One report row per group. ``variant`` is in it so that two prompt variants of one decoder config
+#: (e.g. gsm8k 0-shot and 8-shot) are two rows, not one row pooling both.
 GROUP_KEYS: tuple[str, ...] = (
     "model", "dtype", "device", "task", "temperature", "top_k", "top_p",
-    "max_new_tokens", "decoder", "config",
+    "max_new_tokens", "decoder", "config", "variant",
 )
 #: Columns shown in the printed Markdown (CSV keeps all).
 DISPLAY_COLUMNS: tuple[str, ...] = (
@@ -80,13 +83,16 @@ def _tau(df: pd.DataFrame) -> pd.Series:
     return df.apply(one, axis=1) if len(df) else pd.Series(dtype=float)
 
 
+def with_optional_keys(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every OPTIONAL_MATCH_KEYS column present, missing values as "" (one shared value)."""
+    return df.assign(**{k: df[k].fillna("") if k in df.columns else "" for k in OPTIONAL_MATCH_KEYS})
+
+
 def attach_baseline(df: pd.DataFrame) -> pd.DataFrame:
     """Ok records with ``ar_decode_s``, ``speedup`` and ``match`` against the matching ``ar`` record
     (:func:`harness.analysis.compare.against_reference` on MATCH_KEYS; a duplicate ar record keeps the first).
     """
-    ok = df[df["status"] == "ok"].copy()
-    for key in OPTIONAL_MATCH_KEYS:
-        ok[key] = ok[key].fillna("") if key in ok.columns else ""
+    ok = with_optional_keys(df[df["status"] == "ok"])
     for col in (c for c in ok.columns if c.startswith("score_")):  # bools/None -> numbers/NaN
         ok[col] = pd.to_numeric(ok[col].map(lambda v: float(v) if isinstance(v, bool) else v), errors="coerce")
     out = against_reference(ok, MATCH_KEYS).rename(
@@ -101,6 +107,7 @@ def build_report(df: pd.DataFrame) -> pd.DataFrame:
     for col in (*GROUP_KEYS, *MATCH_KEYS):
         if col not in df.columns and col not in OPTIONAL_MATCH_KEYS:
             raise RecordsError(f"records lack column {col!r}; load them with harness.records.load_records")
+    df = with_optional_keys(df)
     ok = attach_baseline(df)
     score_cols = sorted(c for c in ok.columns if c.startswith("score_"))
     grouped = ok.groupby(list(GROUP_KEYS), dropna=False, sort=True)
@@ -159,6 +166,11 @@ def render_report(report: pd.DataFrame) -> str:
     parts = []
     for title, part in setups(report):
         cols = [c for c in DISPLAY_COLUMNS if c in part.columns]
+        if "variant" in part.columns:  # shown only where one setting's rows come from several prompt variants
+            setting = [k for k in GROUP_KEYS if k not in ("decoder", "config", "variant")]
+            several = part.groupby(setting, dropna=False)["variant"].transform("nunique") > 1
+            part = part.assign(variant=part["variant"].where(several))
+            cols.insert(cols.index("config") + 1, "variant")
         cols += [c for c in part.columns if c.startswith("score_")]
         shown = part[cols].dropna(axis=1, how="all")
         parts.append(f"## {title}\n\n{to_markdown(shown)}")

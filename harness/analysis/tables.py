@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from harness.analysis.io import to_markdown, with_ci_text
-from harness.analysis.report import GROUP_KEYS, MATCH_KEYS, SETUP_KEYS, build_report
+from harness.analysis.report import GROUP_KEYS, MATCH_KEYS, SETUP_KEYS, build_report, with_optional_keys
 from harness.analysis.uncertainty import (
     LEVEL, N_RESAMPLES, SEED, UNIT, add_report_cis, mean_ci, ratio_diff_ci, with_ci,
 )
@@ -291,7 +291,7 @@ def sampling_table(df: pd.DataFrame, tasks: Sequence[str] = SAMPLING_TASKS, n_re
             f"no ar/lookahead records with ROUGE scores (score_rouge1/rouge2/rougeL) for tasks {list(tasks)}"
         )
     report = add_report_cis(df, build_report(df), n_resamples, seed, level)
-    ok = df[df["status"] == "ok"]
+    ok = with_optional_keys(df[df["status"] == "ok"])
     setting = [k for k in GROUP_KEYS if k not in ("decoder", "config")]
     names = [c.removeprefix("score_") for c in score_cols]
     rows = []
