@@ -1,30 +1,27 @@
 """The namespace sandbox that :mod:`tasks.execution` runs generated code in on Linux: the ``_NS_INIT``
 bootstrap, its launch (:func:`run_in_namespaces`; :mod:`tasks.process` spawns it), :class:`SandboxError`
-and the :func:`sandbox_kind` probe. ``_NS_INIT`` (``python -I -S``) builds it, without root or setuid
-helpers, through ctypes:
+and the :func:`sandbox_kind` probe. ``_NS_INIT`` (``python -I -S``) builds it through ctypes, without root:
 
-* **Processes**: a new PID namespace whose init is a supervisor. When the program's main process exits,
-  or the harness's timeout tells the supervisor to die, the kernel kills every process left in the
-  namespace, ``os.setsid()`` children included; the launch returns only after they are gone. The program
-  gets a user namespace of its own with ``RLIMIT_NPROC = max_processes`` (default 64; threads count),
-  counted per sandbox, so a fork bomb stops there. It cannot signal or ptrace the supervisor.
-* **Identity**: uid/gid 65534 ("nobody"), no capabilities, ``no_new_privs``. Under root (if uid 65534
-  exists in its user namespace) that is the real host uid 65534 with no supplementary groups; otherwise
-  the harness's own uid, mapped through user namespaces (the kernel still sees that uid and its groups).
+* **Processes**: a new PID namespace whose init supervises. When the program's main process exits, or the
+  harness's timeout kills the supervisor, the kernel kills every process left in the namespace (``setsid``
+  children too) before the launch returns. The program's own user namespace has ``RLIMIT_NPROC =
+  max_processes`` (default 64; threads count), so a fork bomb stops there; it cannot signal the supervisor.
+* **Identity**: uid/gid 65534 ("nobody"), no capabilities, ``no_new_privs``: under root the real host uid 65534
+  (no supplementary groups), otherwise the harness's uid mapped through user namespaces (the kernel sees it).
 * **Filesystem**: a private mount namespace, every mount read-only and nosuid. The only writable place
-  is one fresh tmpfs of ``disk_limit_bytes`` (default 64 MB, in RAM) that serves as ``/tmp``, ``/dev/shm``
-  and the cwd = HOME = TMPDIR (``/tmp/lookahead-exec-*``); it vanishes with the namespace. ``/root``,
-  ``/home``, the harness user's home, ``/run`` (host sockets) and ``/var/tmp`` are covered by empty tmpfs,
-  the Python installation (``sys.prefix``, ...) bound back read-only. ``/proc`` shows only the sandbox.
+  is one fresh tmpfs of ``disk_limit_bytes`` (default 64 MB, in RAM): ``/tmp``, ``/dev/shm`` and the
+  cwd = HOME = TMPDIR (``/tmp/lookahead-exec-*``); it vanishes with the namespace. ``/root``, ``/home``,
+  the harness user's home, ``/run`` (host sockets) and ``/var/tmp`` are covered by empty tmpfs; the Python
+  installation (``sys.prefix``, ...) is bound back read-only there and in ``/tmp``. ``/proc`` is the sandbox's.
 * **Network**: a new network namespace whose loopback is down: no connections, not even to 127.0.0.1,
   nor to the host's abstract unix sockets. IPC and UTS namespaces are new too.
 
 Not covered: no seccomp filter (a kernel exploit escapes); everything outside the hidden directories
-(this repository, the datasets, /etc) stays *readable*; memory is capped per process (``RLIMIT_AS``, so
-up to ``max_processes`` times that plus the tmpfs; a per-sandbox cap needs cgroups); a unix socket
-outside them that the uid may write to still accepts connections. :class:`SandboxError` means the sandbox
-could not be built (never what the program did). Where it cannot be (not Linux, user namespaces off, a
-container without the rights) :func:`sandbox_kind` says ``"rlimits"`` and prints one warning line.
+(this repository, the datasets, /etc) stays *readable*; memory is capped per process (``RLIMIT_AS``: up to
+``max_processes`` times that plus the tmpfs; a per-sandbox cap needs cgroups); a unix socket outside them
+that the uid may write to still accepts connections. :class:`SandboxError` means the sandbox could not be
+built; where it cannot be (not Linux, user namespaces off, a container without the rights)
+:func:`sandbox_kind` says ``"rlimits"`` and prints one warning line.
 """
 
 from __future__ import annotations
@@ -43,11 +40,9 @@ SandboxKind = Literal["namespaces", "rlimits"]
 DEFAULT_DISK_LIMIT_BYTES = 64 * 1024**2  # the sandbox's tmpfs: cwd, /tmp and /dev/shm together
 DEFAULT_MAX_PROCESSES = 64  # RLIMIT_NPROC inside the sandbox (processes and threads)
 
-# Executed with `python -I -S -c` (no site: starts in a few ms) after "__CONFIG__" is replaced by a dict
-# literal. It builds the namespace sandbox described in the module docstring and reports on the status
-# pipe: "exit <wait status>" when the program's main process ended, "error <message>" when the sandbox
-# could not be built. Process tree: this process (outside, waits; SIGTERM from the harness = kill) ->
-# init of the new PID namespace (mounts, reaps, exits when the program does) -> the program.
+# Run as `python -I -S -c` (no site: starts in a few ms) with "__CONFIG__" replaced by a dict literal: builds
+# the sandbox of the module docstring, reports "exit <wait status>" or "error <why it could not>" on the status
+# pipe. Processes: this one (outside; SIGTERM = kill) -> init of the new PID namespace (mounts, reaps) -> program.
 _NS_INIT = r'''
 import ctypes, os, resource
 try:
@@ -99,17 +94,19 @@ def write(path, text):
 def under(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
-def hide(home, keep):
-    """An empty tmpfs over `home`, with the paths in `keep` (under it) bound back."""
-    keep = sorted(p for p in keep if under(p, home))
-    tops = [p for i, p in enumerate(keep) if not any(under(p, q) for q in keep[:i])]
+def grab(root, keep):
+    """O_PATH handles of the outermost paths in `keep` under `root`, taken before `root` is covered."""
+    keep = sorted(p for p in keep if under(p, root))
     fds = []
-    for path in tops:
+    for path in [p for i, p in enumerate(keep) if not any(under(p, q) for q in keep[:i])]:
         try:
             fds.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC)))
         except OSError:
             pass  # not reachable by this uid: not by the program either
-    mount("tmpfs", home, "tmpfs", NOSUID | NODEV, "size=1m,nr_inodes=1000,mode=755")
+    return fds
+
+def bind_back(fds):
+    """Bind each grabbed path back where it was, on top of what now covers it (read-only, as its source)."""
     for path, fd in fds:
         source = "/proc/self/fd/%d" % fd
         if os.path.isdir(source):
@@ -157,8 +154,10 @@ def init(drop_to_nobody):
     workdir = C["workdir"]
     with open(os.path.join(workdir, "program.py"), "rb") as f:
         program = f.read()
-    for home in C["hide"]:
-        hide(home, C["keep"])
+    for home in C["hide"]:  # an empty tmpfs over each, the interpreter's paths under it bound back
+        fds = grab(home, C["keep"])
+        mount("tmpfs", home, "tmpfs", NOSUID | NODEV, "size=1m,nr_inodes=1000,mode=755")
+        bind_back(fds)
     read_only_everywhere()
     # The one writable place: a size-limited tmpfs, mounted on the (host) workdir and bound to /tmp and
     # /dev/shm; the program's directory is /tmp/<name of the workdir>.
@@ -175,7 +174,9 @@ def init(drop_to_nobody):
         os.chown(path, *owner)
     if os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm"):
         bind(os.path.join(workdir, "shm"), "/dev/shm", NOSUID | NODEV)
+    fds = grab("/tmp", [k for k in C["keep"] if not under(k, workdir)])  # a checkout or venv under /tmp
     bind(os.path.join(workdir, "tmp"), "/tmp", NOSUID | NODEV)
+    bind_back(fds)
     mount("proc", "/proc", "proc", NOSUID | NODEV | NOEXEC)
     child = os.fork()
     if child == 0:

@@ -132,8 +132,11 @@ def test_setsid_child_does_not_survive(wait: bool) -> None:
 
 def _visible_scratch_dir() -> Path:
     """A world-writable directory the sandbox can see (not under /tmp, /var/tmp, /run or a home): only the
-    read-only mount can stop a deletion there."""
-    for parent in (REPO.parent, REPO):
+    read-only mount can stop a deletion there. In a checkout under /tmp, the interpreter's prefix (bound
+    back into the sandbox's /tmp) is the visible place."""
+    tmp = Path("/tmp").resolve()
+    outside = [p for p in (REPO.parent, REPO) if tmp not in (p.resolve(), *p.resolve().parents)]
+    for parent in (*outside, Path(sys.prefix)):
         try:
             path = Path(tempfile.mkdtemp(prefix=".lookahead-sandbox-victim-", dir=parent))
         except OSError:
