@@ -280,3 +280,22 @@ def test_supervisor_shrugs_off_signals() -> None:
     )
     result = run_python(program, timeout_s=10, sandbox="namespaces")
     assert result.passed and result.stdout == "still here\n"
+
+
+def test_interpreter_under_tmp_runs_in_the_sandbox(tmp_path: Path) -> None:
+    """A checkout or venv under /tmp: the sandbox's own tmpfs covers /tmp, so the interpreter's prefix must be
+    bound back there (without that the program could not even start)."""
+    import site
+    import subprocess
+
+    if sandbox_module.sandbox_kind() != "namespaces":
+        pytest.skip("no namespace sandbox on this machine")
+    with tempfile.TemporaryDirectory(prefix="lookahead-venv-", dir="/tmp") as venv:
+        os.chmod(venv, 0o755)  # as a checkout's folders are: the program's uid must reach the interpreter
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        path = os.pathsep.join([str(REPO), *site.getsitepackages()])
+        probe = "from tasks.sandbox import _probe_namespaces as p; print(p())"
+        out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", probe], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": path}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "None", out.stdout  # None: the probe program ran and printed what it should
