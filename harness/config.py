@@ -20,7 +20,7 @@ from decoders import DECODERS
 @dataclass
 class ModelConfig:
     name: str = "smollm2"  # embedded name, local checkpoint path, or Hugging Face id
-    attn: str = "sdpa"  # our attention path: sdpa or eager
+    attn: str = "auto"  # attention: auto (our kernel where it runs, else sdpa), kernel, sdpa or eager
 
 
 @dataclass

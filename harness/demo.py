@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     backend = load_backend(args.model, dtype=args.dtype, device=args.device)
-    print(f"matmuls: {backend.matmul_path}")
+    print(f"matmuls: {backend.matmul_path}; attention: {backend.attention_path}")
     print(f"model {args.model} ({args.dtype}, {args.device}) loaded in {time.perf_counter() - t0:.1f}s")
 
     def encode(text: str) -> list[int]:

@@ -155,6 +155,10 @@ def _check_setup(cfg: DictConfig) -> None:
             raise ValueError(f"device={cfg.device} but this machine has {torch.cuda.device_count()} CUDA device(s)")
     if cfg.model.attn not in ATTN_IMPLS:
         raise ValueError(f"model.attn must be one of {', '.join(ATTN_IMPLS)}, got {cfg.model.attn!r}")
+    if cfg.model.attn == "kernel" and (cfg.device != "cpu" or cfg.dtype not in ("float32", "bf16w")
+                                       or cfg.matmul == "library"):
+        raise ValueError("model.attn=kernel is our CPU kernel's attention: it needs device=cpu, dtype float32 or "
+                         "bf16w and matmul other than library; use model.attn=auto")
     for key, low in (("warmup_tokens", 1), ("max_prompt_tokens", 1)):
         if cfg[key] < low:
             raise ValueError(f"{key} must be an integer >= {low}, got {cfg[key]}")

@@ -42,6 +42,7 @@ from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
 from harness.jobs import measure
 from harness.records import compression
+from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
 from harness.runtime.matmul import MATMUL_CHOICES, read_bandwidth
 from tasks.data import SHARED_DATA_DIR
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", nargs="+", default=["float32", "bf16w"], choices=sorted(DTYPES))
     ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
                     help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
+    ap.add_argument("--attn", default="auto", choices=ATTN_CHOICES,
+                    help="attention: auto (our kernel's where it runs), kernel, sdpa or eager")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tasks", nargs="*", default=["humaneval", "mt_bench", "gsm8k", "xsum"],
                     help="tasks to decode; none (a bare --tasks): only the memory bound and latency curve per dtype")
@@ -183,15 +186,17 @@ def main(argv: list[str] | None = None) -> None:
     text = []
     out_dir = None
     for dtype in args.dtype:
-        backend = load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul)
+        backend = load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
         curve = latency_curve(backend, cache_len=args.cache_len)
         line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
-        head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}; {args.model}, cache "
+        head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
+                f"{backend.attention_path}; {args.model}, cache "
                 f"{args.cache_len}: {line}\n{memory_floor_line(backend, curve, bandwidth)}")
         print(head, flush=True)
         text.append(head)
-        report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path, "curve_s": curve,
+        report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path,
+                                             "attention_path": backend.attention_path, "curve_s": curve,
                                              "step_weight_bytes": backend.step_weight_bytes()}
         for task in args.tasks:
             found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)

@@ -71,6 +71,7 @@ def invocation(job: Job, backend) -> dict[str, Any]:
         "id": uuid.uuid4().hex[:12], "started": _now(), "ended": None, "host": platform.node(), "pid": os.getpid(),
         "argv": sys.argv, "config": OmegaConf.to_container(job.cfg, resolve=True), "git_commit": commit,
         "versions": versions, "matmul_path": getattr(backend, "matmul_path", None),
+        "attention_path": getattr(backend, "attention_path", None),
         "code_sandbox": job.task.sandbox_kind() if hasattr(job.task, "sandbox_kind") else None,
         "hardware": {
             "platform": platform.platform(),
@@ -185,6 +186,7 @@ class _Loop:
             "device": cfg.device, "decoder": job.decoder.name, "params": job.decoder.params, **self.sampling,
             "max_new_tokens": job.max_new_tokens, "prompt_tokens": len(ids), "job_id": job.job_id,
             "variant": job.variant, "matmul_path": self.backend.matmul_path,
+            "attention_path": self.backend.attention_path,
         }
         if len(ids) > self.room:
             writer.write({**base, "status": "skipped", "scores": {}})

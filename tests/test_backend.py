@@ -14,10 +14,12 @@ ATOL = 1e-4
 
 
 def _fresh(attn: str, seed: int = 1) -> Backend:
-    return Backend(tiny_model(seed, attn_implementation=attn), tokenizer=None, name="tiny", attn=attn)
+    """``attn``: sdpa or eager (transformers' reference runs the same), or kernel (ours; against sdpa)."""
+    model = tiny_model(seed, attn_implementation="sdpa" if attn == "kernel" else attn)
+    return Backend(model, tokenizer=None, name="tiny", attn=attn)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "kernel"])
 def test_forward_matches_transformers(attn):
     be = _fresh(attn)
     ids = torch.randint(0, 48, (20,), generator=torch.Generator().manual_seed(0))
@@ -27,7 +29,7 @@ def test_forward_matches_transformers(attn):
     torch.testing.assert_close(ours, ref, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "kernel"])
 def test_incremental_equals_full(attn):
     """Prefill + one token at a time over the cache gives the full forward's logits."""
     be = _fresh(attn)
@@ -44,7 +46,7 @@ def test_incremental_equals_full(attn):
     torch.testing.assert_close(torch.stack(steps), full[5:], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "kernel"])
 def test_tree_mask_equals_causal_forwards(attn):
     """Two branches in one forward under a custom mask = each branch as a plain causal forward."""
     be = _fresh(attn)

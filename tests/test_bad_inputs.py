@@ -48,7 +48,8 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["top_k=-1"], ["top_k must be an integer >= 0"]),
     # the run's settings
     (["max_new_tokens=0"], ["max_new_tokens must be >= 1, got 0"]),
-    (["model.attn=flash"], ["model.attn must be one of sdpa, eager, got 'flash'"]),
+    (["model.attn=flash"], ["model.attn must be one of auto, kernel, sdpa, eager, got 'flash'"]),
+    (["model.attn=kernel", "matmul=library"], ["model.attn=kernel is our CPU kernel's attention"]),
     (["device=tpu"], ["device must be cpu or cuda[:N], got 'tpu'"]),
     (["dtype=float64"], ["dtype must be one of float32, bf16w, bfloat16, float16, got 'float64'"]),
     (["matmul=mkl"], ["matmul must be one of auto, library, avx512, avx2, baseline, got 'mkl'"]),

@@ -1,6 +1,7 @@
-"""The fused layer operations (harness/runtime/layer_ops.py, kernels/layer_ops.cpp): each equals the
-transformers modules it replaces to float32 rounding, is bitwise row-invariant, and is chosen only where
-it applies; the backend's logits agree with either set of operations."""
+"""The fused layer operations (harness/runtime/layer_ops.py, kernels/layer_ops.cpp, kernels/attention.cpp):
+each equals the transformers modules (or torch's attention) it replaces to float32 rounding, is bitwise
+row-invariant, and is chosen only where it applies; the backend's logits agree with either set of
+operations and either attention."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ VARIANTS = K.available_variants()  # every variant this CPU runs; baseline every
 def fused(request) -> FusedOps:
     kernel = K.load_small_gemm(request.param)
     assert kernel is not None, f"{request.param} did not build"
-    return FusedOps(kernel, n_heads=4, n_kv_heads=2, head_dim=16)
+    return FusedOps(kernel, n_heads=4, n_kv_heads=2, head_dim=16, attn="sdpa")  # keys as torch reads them
 
 
 def _inputs(k: int, seed: int = 0):
@@ -75,25 +76,88 @@ def test_fused_ops_are_row_invariant(fused):
         assert torch.equal(fused.act(gate_up[row].clone(), layer.mlp)[0], act_full[i])
 
 
+def _attention_inputs(H: int, Hkv: int, d: int, k: int, L: int, seed: int):
+    """Rotated queries [1, H, k, d], a cache [Hkv, cap, d] x 2 holding L + k entries, a random tree mask
+    [k, k] (each token sees itself and a random subset of the earlier ones)."""
+    g = torch.Generator().manual_seed(seed)
+    cap = L + k + 5
+    q = torch.randn(1, H, k, d, generator=g)
+    kc, vc = torch.randn(Hkv, cap, d, generator=g), torch.randn(Hkv, cap, d, generator=g)
+    mask = (torch.rand(k, k, generator=g) < 0.5).tril_() | torch.eye(k, dtype=torch.bool)
+    return q, kc, vc, mask
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("H,Hkv,d", [(4, 2, 16), (9, 3, 64), (6, 6, 48), (4, 1, 128)])
+@torch.inference_mode()
+def test_kernel_attention_matches_torch(variant, H, Hkv, d):
+    """Our attention equals sdpa (and eager) to float32 rounding: grouped heads, head sizes that are 1-8
+    vectors or not whole vectors, causal and tree masks, an empty and a long committed cache."""
+    ours = FusedOps(K.load_small_gemm(variant), H, Hkv, d, attn="kernel")
+    for k, L in [(1, 0), (1, 37), (5, 0), (7, 70), (12, 9)]:
+        q, kc, vc, tree = _attention_inputs(H, Hkv, d, k, L, seed=k + L)
+        for mask in (None, tree):
+            additive = TorchOps(H, Hkv, d).step_mask(k, L, mask, q.dtype, q.device)
+            want = [TorchOps(H, Hkv, d, attn).attend(q, kc, vc, L, additive, d**-0.5) for attn in ("sdpa", "eager")]
+            got = ours.attend(q, kc.transpose(1, 2).contiguous(), vc, L, ours.step_mask(k, L, mask, q.dtype, q.device),
+                              d**-0.5)  # [k, H * d]
+            for ref in want:
+                torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@torch.inference_mode()
+def test_kernel_attention_is_row_invariant(variant):
+    """A row's output is bitwise the same in a many-token step as alone at the end of a cache that holds
+    just the keys it sees, in order: an `ar` step and a lookahead branch that agree on the tokens agree on
+    the bits. Masked keys are skipped, not added as zeros."""
+    ours = FusedOps(K.load_small_gemm(variant), 9, 3, 64, attn="kernel")
+    for k, L in [(6, 0), (11, 45), (20, 130)]:
+        q, kc, vc, tree = _attention_inputs(9, 3, 64, k, L, seed=k)
+        step = ours.attend(q, kc.transpose(1, 2).contiguous(), vc, L, tree, 0.125)
+        for i in range(k):
+            seen = torch.cat([torch.arange(L), L + tree[i].nonzero()[:, 0]])  # ends with i itself
+            kc1, vc1 = kc[:, seen].contiguous(), vc[:, seen].contiguous()
+            alone = ours.attend(q[:, :, i : i + 1].contiguous(), kc1.transpose(1, 2).contiguous(), vc1,
+                                len(seen) - 1, None, 0.125)
+            assert torch.equal(alone[0], step[i]), (k, L, i)
+
+
 def test_fused_ops_only_where_they_apply():
     model = tiny_model(0)
     kernel = K.load_small_gemm(VARIANTS[0])
     assert type(layer_ops(model, kernel, 4, 2, 16)) is FusedOps
+    assert layer_ops(model, kernel, 4, 2, 16).attn == "kernel"  # auto: our attention with our ops
+    assert layer_ops(model, kernel, 4, 2, 16, attn="sdpa").attn == "sdpa"
     assert type(layer_ops(model, None, 4, 2, 16)) is TorchOps  # library matmuls: the modules themselves
+    assert layer_ops(model, None, 4, 2, 16).attn == "sdpa"
+    with pytest.raises(ValueError, match="attn=kernel needs our kernel"):
+        layer_ops(model, None, 4, 2, 16, attn="kernel")
+    with pytest.raises(ValueError, match="attn must be one of auto, kernel, sdpa, eager, got 'flash'"):
+        layer_ops(model, kernel, 4, 2, 16, attn="flash")
     model.config.hidden_act = "gelu"  # an activation the fused op does not implement
     assert type(layer_ops(model, kernel, 4, 2, 16)) is TorchOps
-    assert type(Backend(tiny_model(0), tokenizer=None, name="t", matmul="library")._ops) is TorchOps
-    assert type(Backend(tiny_model(0), tokenizer=None, name="t", matmul=VARIANTS[0])._ops) is FusedOps
+    library = Backend(tiny_model(0), tokenizer=None, name="t", matmul="library")
+    assert type(library._ops) is TorchOps and library.attention_path == "sdpa"
+    ours = Backend(tiny_model(0), tokenizer=None, name="t", matmul=VARIANTS[0])
+    assert type(ours._ops) is FusedOps and ours.attention_path == "kernel"
 
 
 @pytest.mark.parametrize("k", [1, 4, 20])
 def test_backend_logits_agree_with_either_ops(k):
+    """Library ops + sdpa, our ops + sdpa, eager and our attention (its keys cached transposed): the same
+    logits to float32 rounding, also after a commit that keeps a non-contiguous subset of a tree step."""
     ids = torch.randint(0, 48, (40,), generator=torch.Generator().manual_seed(5))
+    tree = (torch.rand(6, 6, generator=torch.Generator().manual_seed(1)) < 0.5).tril_() | torch.eye(6, dtype=torch.bool)
     out = []
-    for matmul in ("library", VARIANTS[0]):
-        be = Backend(tiny_model(2), tokenizer=None, name="t", matmul=matmul)
+    for matmul, attn in (("library", "sdpa"), (VARIANTS[0], "sdpa"), (VARIANTS[0], "eager"), (VARIANTS[0], "kernel")):
+        be = Backend(tiny_model(2), tokenizer=None, name="t", matmul=matmul, attn=attn)
+        assert be.attention_path == attn
         be.reset(64)
         be.forward(ids[:12], torch.arange(12))
         be.commit()
-        out.append(be.forward(ids[12 : 12 + k], torch.arange(12, 12 + k)))
-    torch.testing.assert_close(out[1], out[0], atol=1e-4, rtol=0)
+        be.forward(ids[12:18], torch.tensor([12, 13, 13, 14, 14, 15]), tree)
+        be.commit([0, 2, 4])
+        out.append(be.forward(ids[18 : 18 + k], torch.arange(15, 15 + k)))
+    for other in out[1:]:
+        torch.testing.assert_close(other, out[0], atol=1e-4, rtol=0)

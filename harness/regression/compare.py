@@ -188,7 +188,7 @@ def compare(
     cmp.failures.extend(exactness_failures(fresh))
     cmp.notes.extend(_reference_drift(baseline, fresh))
     base_m, now_m = baseline.get("meta", {}), fresh.get("meta", {})
-    for key in ("torch", "transformers", "matmul_path"):
+    for key in ("torch", "transformers", "matmul_path", "attention_path"):
         if key in base_m and key in now_m and base_m[key] != now_m[key]:
             cmp.notes.append(f"{key} {now_m[key]} (baseline made with {base_m[key]})")
     return cmp

@@ -158,4 +158,5 @@ def environment(backend: Backend, model: str, dtype: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "matmul_path": backend.matmul_path,
+        "attention_path": backend.attention_path,
     }

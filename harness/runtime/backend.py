@@ -10,10 +10,9 @@ rotary embedding) are reused as they are, but attention runs against a pre-alloc
 "keep only these new entries" is one indexed copy and rollback is moving an integer, with no per-step
 cache re-allocation and no Python-side mask preprocessing. This is the gpt-fast shape (explicit
 positions in every forward). It also makes the custom mask independent of the transformers attention
-back-end: we always pass an *additive float* mask, which sdpa and the explicit (eager) path both honour
-(a boolean 4-D mask is silently mis-used by transformers' eager attention). The matmul paths live in
-:mod:`harness.runtime.matmul`, the FLOPs formula in :mod:`harness.runtime.flops`, loading in
-:mod:`harness.runtime.loading`.
+back-end: the attention (ours, sdpa or eager) and its mask live in :mod:`harness.runtime.layer_ops`.
+The matmul paths live in :mod:`harness.runtime.matmul`, the FLOPs formula in :mod:`harness.runtime.flops`,
+loading in :mod:`harness.runtime.loading`.
 """
 
 from __future__ import annotations
@@ -22,14 +21,13 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from harness.runtime.flops import forward_flops, model_shape
-from harness.runtime.layer_ops import layer_ops
+from harness.runtime.layer_ops import ATTN_CHOICES, layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral")
-ATTN_IMPLS = ("sdpa", "eager")
+ATTN_IMPLS = ATTN_CHOICES
 
 
 class ModelLoadError(RuntimeError):
@@ -59,10 +57,11 @@ class Backend:
     """
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer, name: str, attn: str = "sdpa", matmul: str = "auto",
+        self, model: torch.nn.Module, tokenizer, name: str, attn: str = "auto", matmul: str = "auto",
         bf16_weights: bool = False,
     ) -> None:
-        """``matmul``: which matmul path (:data:`harness.runtime.matmul.MATMUL_CHOICES`); ``bf16_weights``:
+        """``matmul``: which matmul path (:data:`harness.runtime.matmul.MATMUL_CHOICES`); ``attn``: which
+        attention (:data:`ATTN_IMPLS`, resolved into :attr:`attention_path`); ``bf16_weights``:
         the model's linear weights hold bfloat16 values (``dtype=bf16w``), so our kernel stores them in
         bfloat16 and reads half the bytes, with the same results."""
         if attn not in ATTN_IMPLS:
@@ -76,7 +75,6 @@ class Backend:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
-        self.attn = attn
         self.shape = model_shape(model)
         param = next(model.parameters())
         self.dtype: torch.dtype = param.dtype
@@ -86,9 +84,11 @@ class Backend:
         kernel = select_kernel(matmul, model)
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights)
-        # the small operations between the matmuls, fused where our kernel runs (see layer_ops)
-        self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim)
+        # the operations between the matmuls, fused where our kernel runs (see layer_ops)
+        self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn)
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype)
+        #: the attention actually run: ``kernel`` (ours), ``sdpa`` or ``eager``
+        self.attention_path: str = self._ops.attn
         eos = model.config.eos_token_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         ids: set[int] = set()
@@ -101,7 +101,9 @@ class Backend:
         self.counters = Counters()
         self.length = 0  # committed cache entries
         self._pending = 0  # entries written by the last forward, not yet committed
-        self._k_cache: torch.Tensor | None = None  # [n_layers, n_kv, capacity, head_dim]
+        # keys [n_layers, n_kv, capacity, head_dim], or [n_layers, n_kv, head_dim, capacity] where our
+        # attention reads them (ops.keys_transposed); values [n_layers, n_kv, capacity, head_dim]
+        self._k_cache: torch.Tensor | None = None
         self._v_cache: torch.Tensor | None = None
 
     def step_weight_bytes(self) -> int:
@@ -112,14 +114,15 @@ class Backend:
     # ---- cache management -------------------------------------------------------------------------
     @property
     def capacity(self) -> int:
-        return 0 if self._k_cache is None else self._k_cache.shape[2]
+        return 0 if self._v_cache is None else self._v_cache.shape[2]
 
     def reset(self, capacity: int) -> None:
         """Empty the cache, (re)allocating it when it is smaller than ``capacity``."""
         if capacity > self.capacity:
             s = self.shape
             size = (s.n_layers, s.n_kv_heads, capacity, s.head_dim)
-            self._k_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
+            key_size = (s.n_layers, s.n_kv_heads, s.head_dim, capacity) if self._ops.keys_transposed else size
+            self._k_cache = torch.zeros(key_size, dtype=self.dtype, device=self.device)
             self._v_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
         self.length = 0
         self._pending = 0
@@ -134,7 +137,10 @@ class Backend:
             if keep != list(range(n)):  # a contiguous prefix is already in place
                 src = torch.tensor(keep, device=self.device) + self.length
                 dst = slice(self.length, self.length + n)
-                self._k_cache[:, :, dst] = self._k_cache[:, :, src]
+                if self._ops.keys_transposed:
+                    self._k_cache[..., dst] = self._k_cache[..., src]
+                else:
+                    self._k_cache[:, :, dst] = self._k_cache[:, :, src]
                 self._v_cache[:, :, dst] = self._v_cache[:, :, src]
         self.length += n
         self._pending = 0
@@ -176,18 +182,16 @@ class Backend:
         model = self.model.model
         x = model.embed_tokens(input_ids)  # [k, hidden]
         cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
-        mask = self._additive_mask(k, L, tree_mask)  # [1, 1, k, L+k] or None
         s, ops = self.shape, self._ops
+        mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
         add = None  # what the last block adds to the residual stream x
         for i, layer in enumerate(model.layers):
             proj = self._proj[i]
             x, h = ops.add_norm(x, add, layer.input_layernorm)  # [k, hidden] each
-            q = ops.rope_to_cache(proj.qkv(h), cos, sin, self._k_cache[i], self._v_cache[i], L)  # [1, H, k, d]
-            keys = self._k_cache[i, :, : L + k][None]  # [1, Hkv, L+k, d]
-            values = self._v_cache[i, :, : L + k][None]
-            o = self._attention(q, keys, values, mask, layer.self_attn.scaling)  # [1, H, k, d]
-            x, h = ops.add_norm(x, proj.o(o[0].transpose(0, 1).reshape(k, s.n_heads * s.head_dim)),
-                                layer.post_attention_layernorm)
+            kc, vc = self._k_cache[i], self._v_cache[i]
+            q = ops.rope_to_cache(proj.qkv(h), cos, sin, kc, vc, L)  # [1, H, k, d]
+            o = ops.attend(q, kc, vc, L, mask, layer.self_attn.scaling)  # [k, H * d]
+            x, h = ops.add_norm(x, proj.o(o), layer.post_attention_layernorm)
             add = proj.down(ops.act(proj.gate_up(h), layer.mlp))  # [k, hidden]
         if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
             x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
@@ -202,37 +206,6 @@ class Backend:
             self.sync()
         self.counters.forward_s.append(time.perf_counter() - t0)
         return logits
-
-    def _additive_mask(self, k: int, L: int, tree_mask: torch.Tensor | None) -> torch.Tensor | None:
-        """Float mask [1, 1, k, L+k]: 0 where attention is allowed, -inf where not."""
-        if k == 1:
-            return None  # one query sees the whole cache
-        if tree_mask is None:
-            tree_mask = torch.ones(k, k, dtype=torch.bool, device=self.device).tril_()
-        block = torch.zeros(k, L + k, dtype=self.dtype, device=self.device)
-        block[:, L:].masked_fill_(~tree_mask, float("-inf"))
-        return block[None, None]
-
-    def _attention(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
-    ) -> torch.Tensor:
-        """q [1, H, k, d], keys/values [1, Hkv, S, d], mask [1, 1, k, S] additive or None -> [1, H, k, d].
-
-        ``attn="sdpa"`` uses torch's fused kernel, with the additive mask and grouped-query heads read in
-        place (the faster of the two on CPU). ``attn="eager"`` takes the explicit path, which folds the
-        query groups into the query rows so K and V are read in place too; tests compare the two.
-        """
-        groups = self.shape.n_heads // self.shape.n_kv_heads
-        if self.attn == "sdpa":
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
-        _, H, k, d = q.shape
-        Hkv, S = keys.shape[1], keys.shape[2]
-        qg = q.reshape(1, Hkv, groups * k, d)  # heads h = kv * groups + g, as in repeat_interleave
-        scores = torch.matmul(qg, keys.transpose(2, 3)) * scale  # [1, Hkv, groups*k, S]
-        if mask is not None:
-            scores = (scores.view(1, Hkv, groups, k, S) + mask[:, :, None]).view(1, Hkv, groups * k, S)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        return torch.matmul(probs, values).view(1, H, k, d)
 
     # ---- helpers used by every decoder -------------------------------------------------------------
     def start(self, prompt_ids: list[int], extra: int) -> float:

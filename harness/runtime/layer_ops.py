@@ -1,11 +1,12 @@
-"""The small operations between a layer's matmuls: residual + RMSNorm, rotary embedding + cache write,
+"""The operations between a layer's matmuls: residual + RMSNorm, rotary embedding + cache write, attention
 and the MLP's activation. Two implementations with one interface, chosen once per model.
 
 Why two: at a few rows per step these cost torch more in dispatch and allocation than in arithmetic
-(~40 us for one 576-wide RMSNorm on a Zen 3 core), and thirty layers of them were a third of a 1-token
-CPU forward. Where our kernel extension is in use, :class:`FusedOps` runs them as three fused calls
-from it (``harness/runtime/kernels/layer_ops.cpp``); everywhere else :class:`TorchOps` runs the
-transformers modules themselves. Both are row-invariant, so either keeps every decoder exact.
+(~40 us for one 576-wide RMSNorm on a Zen 3 core, ~50 us for a 1-row sdpa call), and thirty layers of them
+were a third of a 1-token CPU forward. Where our kernel extension is in use, :class:`FusedOps` runs them
+as one fused call each from it (``harness/runtime/kernels/layer_ops.cpp`` and ``attention.cpp``);
+everywhere else :class:`TorchOps` runs the transformers modules and torch's attention. Both are
+row-invariant, so either keeps every decoder exact.
 """
 
 from __future__ import annotations
@@ -13,15 +14,24 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+#: ``attn=`` choices: ``auto`` (our kernel's attention where our fused ops run, else ``sdpa``), ``kernel``,
+#: ``sdpa`` (torch's fused attention) or ``eager`` (explicit matmuls and softmax).
+ATTN_CHOICES = ("auto", "kernel", "sdpa", "eager")
 
 
 class TorchOps:
-    """The transformers modules of the layer, as they are (any device, dtype, norm or activation)."""
+    """The transformers modules of the layer, as they are (any device, dtype, norm or activation), and
+    torch's attention (``attn``: sdpa or eager)."""
 
-    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int) -> None:
+    keys_transposed = False  # the key cache is [Hkv, capacity, d], as torch's attention reads it
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "sdpa") -> None:
         self.H, self.Hkv, self.d = n_heads, n_kv_heads, head_dim
         self.split = [n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim]
+        self.attn = attn
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """x [k, h] (+ r) -> (the new residual stream x, norm(x)), both [k, h]."""
@@ -46,29 +56,84 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return mlp.act_fn(gate) * up
 
+    def step_mask(self, k: int, L: int, tree_mask: torch.Tensor | None, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor | None:
+        """The forward's mask, made once for every layer: additive float [1, 1, k, L+k], 0 where attention
+        is allowed and -inf where not (None for one query, which sees the whole cache). tree_mask: [k, k]
+        bool among the new tokens, None = causal."""
+        if k == 1:
+            return None
+        if tree_mask is None:
+            tree_mask = torch.ones(k, k, dtype=torch.bool, device=device).tril_()
+        block = torch.zeros(k, L + k, dtype=dtype, device=device)
+        block[:, L:].masked_fill_(~tree_mask, float("-inf"))
+        return block[None, None]
+
+    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None,
+               scale: float) -> torch.Tensor:
+        """q [1, H, k, d] against the layer's cache kc/vc [Hkv, capacity, d] (entries 0..L+k-1) under
+        :meth:`step_mask`'s mask -> [k, H * d], the o-projection's input.
+
+        ``sdpa`` uses torch's fused kernel, with grouped-query heads read in place. ``eager`` folds the
+        query groups into the query rows so K and V are read in place too; tests compare the two.
+        """
+        _, H, k, d = q.shape
+        keys, values = kc[None, :, : L + k], vc[None, :, : L + k]  # [1, Hkv, S, d]
+        groups = H // self.Hkv
+        if self.attn == "sdpa":
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
+        else:
+            S = L + k
+            qg = q.reshape(1, self.Hkv, groups * k, d)  # heads h = kv * groups + g, as in repeat_interleave
+            scores = torch.matmul(qg, keys.transpose(2, 3)) * scale  # [1, Hkv, groups*k, S]
+            if mask is not None:
+                scores = (scores.view(1, self.Hkv, groups, k, S) + mask[:, :, None]).view(1, self.Hkv, groups * k, S)
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            o = torch.matmul(probs, values).view(1, H, k, d)
+        return o[0].transpose(0, 1).reshape(k, H * d)
+
 
 class FusedOps(TorchOps):
     """The same operations as one call each into our kernel extension (float32 CPU, LLaMA's RMSNorm and
-    SiLU); see ``layer_ops.cpp``."""
+    SiLU; see ``layer_ops.cpp``), attention too where ``attn="kernel"`` (``attention.cpp``: it reads the
+    keys transposed, [Hkv, d, capacity], so a key block's scores are whole vectors)."""
 
-    def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int) -> None:
-        super().__init__(n_heads, n_kv_heads, head_dim)
+    def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "kernel") -> None:
+        super().__init__(n_heads, n_kv_heads, head_dim, attn)
         self.kernel = kernel
+        self.keys_transposed = attn == "kernel"
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.kernel.add_rms_norm(x, r, norm.weight, norm.variance_epsilon)  # x += r in place
 
     def rope_to_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kc: torch.Tensor,
                       vc: torch.Tensor, L: int) -> torch.Tensor:
-        return self.kernel.rope_to_cache(qkv, cos[0], sin[0], kc, vc, L, self.H, self.Hkv)
+        return self.kernel.rope_to_cache(qkv, cos[0], sin[0], kc, vc, L, self.H, self.Hkv, self.keys_transposed)
 
     def act(self, gate_up: torch.Tensor, mlp: torch.nn.Module) -> torch.Tensor:
         return self.kernel.silu_mul(gate_up)
 
+    def step_mask(self, k: int, L: int, tree_mask: torch.Tensor | None, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor | None:
+        """For our attention: the [k, k] bool mask among the new tokens as it is (None = causal)."""
+        if self.attn != "kernel":
+            return super().step_mask(k, L, tree_mask, dtype, device)
+        return None if tree_mask is None else tree_mask.contiguous()
 
-def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int) -> TorchOps:
+    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None,
+               scale: float) -> torch.Tensor:
+        if self.attn != "kernel":
+            return super().attend(q, kc, vc, L, mask, scale)
+        return self.kernel.attend(q, kc, vc, L, mask, scale)
+
+
+def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int,
+              attn: str = "auto") -> TorchOps:
     """:class:`FusedOps` where our kernel runs the matmuls and the model's layers are the plain LLaMA
-    ones it implements (RMSNorm with ``variance_epsilon``, SiLU MLP); else :class:`TorchOps`."""
+    ones it implements (RMSNorm with ``variance_epsilon``, SiLU MLP); else :class:`TorchOps`. ``attn``
+    (:data:`ATTN_CHOICES`) is resolved here: ``auto`` is ``kernel`` with FusedOps, else ``sdpa``."""
+    if attn not in ATTN_CHOICES:
+        raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
     layer = model.model.layers[0]
     fits = (
         kernel is not None
@@ -76,4 +141,9 @@ def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int
         and all(hasattr(norm, "variance_epsilon") and hasattr(norm, "weight")
                 for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm))
     )
-    return FusedOps(kernel, n_heads, n_kv_heads, head_dim) if fits else TorchOps(n_heads, n_kv_heads, head_dim)
+    if attn == "kernel" and not fits:
+        raise ValueError("attn=kernel needs our kernel's fused layer ops: a float32 or bf16w LLaMA model on CPU "
+                         "with matmul=auto or a kernel variant; use attn=auto or attn=sdpa")
+    if attn == "auto":
+        attn = "kernel" if fits else "sdpa"
+    return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn) if fits else TorchOps(n_heads, n_kv_heads, head_dim, attn)

@@ -84,7 +84,7 @@ def round_weights_to_bf16(model: torch.nn.Module) -> None:
 
 
 def load_backend(
-    name_or_path: str = "smollm2", dtype: str = "float32", device: str = "cpu", attn: str = "sdpa",
+    name_or_path: str = "smollm2", dtype: str = "float32", device: str = "cpu", attn: str = "auto",
     matmul: str = "auto",
 ) -> Backend:
     """Load a LLaMA-family causal LM by embedded name, local path or hub id (``matmul``: see
