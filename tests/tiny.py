@@ -15,7 +15,8 @@ TINY_VOCAB = 48
 TINY_EOS = 3
 
 
-def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TINY_VOCAB) -> LlamaForCausalLM:
+def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TINY_VOCAB,
+               bias: bool = False) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
@@ -31,10 +32,13 @@ def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TI
         pad_token_id=0,
         tie_word_embeddings=False,
         attn_implementation=attn_implementation,
+        attention_bias=bias,
+        mlp_bias=bias,
     )
     model = LlamaForCausalLM(cfg).eval()
     return model
 
 
-def tiny_backend(seed: int = 0, attn: str = "sdpa") -> Backend:
+def tiny_backend(seed: int = 0, attn: str = "auto") -> Backend:
+    """The product's default paths: our kernel and its attention where this machine builds it."""
     return Backend(tiny_model(seed), tokenizer=None, name=f"tiny-{seed}", attn=attn)

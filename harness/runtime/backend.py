@@ -85,7 +85,8 @@ class Backend:
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights)
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
-        self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn)
+        self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,
+                              self._proj)
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype)
         #: the attention actually run: ``kernel`` (ours), ``sdpa`` or ``eager``
         self.attention_path: str = self._ops.attn
@@ -108,7 +109,7 @@ class Backend:
 
     def step_weight_bytes(self) -> int:
         """Bytes of matmul weights one forward reads: what a decoding step streams from memory."""
-        projections = [p for lp in self._proj for p in (lp.qkv, lp.o, lp.gate_up, lp.down)] + [self._lm_head]
+        projections = [p for lp in self._proj for p in lp.all()] + [self._lm_head]
         return sum(p.weight_bytes for p in projections)
 
     # ---- cache management -------------------------------------------------------------------------
@@ -184,15 +185,9 @@ class Backend:
         cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
         s, ops = self.shape, self._ops
         mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
-        add = None  # what the last block adds to the residual stream x
-        for i, layer in enumerate(model.layers):
-            proj = self._proj[i]
-            x, h = ops.add_norm(x, add, layer.input_layernorm)  # [k, hidden] each
-            kc, vc = self._k_cache[i], self._v_cache[i]
-            q = ops.rope_to_cache(proj.qkv(h), cos, sin, kc, vc, L)  # [1, H, k, d]
-            o = ops.attend(q, kc, vc, L, mask, layer.self_attn.scaling)  # [k, H * d]
-            x, h = ops.add_norm(x, proj.o(o), layer.post_attention_layernorm)
-            add = proj.down(ops.act(proj.gate_up(h), layer.mlp))  # [k, hidden]
+        add = None  # what the last layer adds to the residual stream x
+        for i in range(s.n_layers):
+            x, add = ops.layer(i, x, add, cos, sin, self._k_cache[i], self._v_cache[i], L, mask)  # [k, hidden] each
         if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
             x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
         _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]

@@ -1,21 +1,26 @@
-"""The operations between a layer's matmuls: residual + RMSNorm, rotary embedding + cache write, attention
-and the MLP's activation. Two implementations with one interface, chosen once per model.
+"""A decoder layer of a step and the operations between its matmuls: residual + RMSNorm, rotary embedding +
+cache write, attention and the MLP's activation. Two implementations with one interface, chosen once per
+model.
 
 Why two: at a few rows per step these cost torch more in dispatch and allocation than in arithmetic
 (~40 us for one 576-wide RMSNorm on a Zen 3 core, ~50 us for a 1-row sdpa call), and thirty layers of them
-were a third of a 1-token CPU forward. Where our kernel extension is in use, :class:`FusedOps` runs them
-as one fused call each from it (``harness/runtime/kernels/layer_ops.cpp`` and ``attention.cpp``);
-everywhere else :class:`TorchOps` runs the transformers modules and torch's attention. Both are
-row-invariant, so either keeps every decoder exact.
+were a third of a 1-token CPU forward. Where our kernel extension is in use, :class:`FusedOps` runs each
+as one fused call (``harness/runtime/kernels/layer_ops.cpp`` and ``attention.cpp``), and with our
+attention the whole layer as one call (``layer.cpp``: the Python around nine calls a layer was another
+~1 ms a token); everywhere else :class:`TorchOps` runs the transformers modules and torch's attention.
+Both are row-invariant, so either keeps every decoder exact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from harness.runtime.matmul import LayerProjections
 
 #: ``attn=`` choices: ``auto`` (our kernel's attention where our fused ops run, else ``sdpa``), ``kernel``,
 #: ``sdpa`` (torch's fused attention) or ``eager`` (explicit matmuls and softmax).
@@ -28,10 +33,25 @@ class TorchOps:
 
     keys_transposed = False  # the key cache is [Hkv, capacity, d], as torch's attention reads it
 
-    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "sdpa") -> None:
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "sdpa",
+                 layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
+        """``layers``: each decoder layer's module and its matmuls, for :meth:`layer`."""
         self.H, self.Hkv, self.d = n_heads, n_kv_heads, head_dim
         self.split = [n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim]
         self.attn = attn
+        self.layers = list(layers)
+
+    def layer(self, i: int, x: torch.Tensor, add: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+              kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoder layer ``i`` on the residual stream x [k, hidden] plus ``add`` (what the previous layer adds;
+        None for the first); cos/sin [1, k, d]; kc/vc its caches; mask from :meth:`step_mask`. Returns the
+        new stream x and what this layer adds, [k, hidden] each."""
+        layer, proj = self.layers[i]
+        x, h = self.add_norm(x, add, layer.input_layernorm)  # [k, hidden] each
+        q = self.rope_to_cache(proj.qkv(h), cos, sin, kc, vc, L)  # [1, H, k, d]
+        o = self.attend(q, kc, vc, L, mask, layer.self_attn.scaling)  # [k, H * d]
+        x, h = self.add_norm(x, proj.o(o), layer.post_attention_layernorm)
+        return x, proj.down(self.act(proj.gate_up(h), layer.mlp))
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """x [k, h] (+ r) -> (the new residual stream x, norm(x)), both [k, h]."""
@@ -98,10 +118,29 @@ class FusedOps(TorchOps):
     SiLU; see ``layer_ops.cpp``), attention too where ``attn="kernel"`` (``attention.cpp``: it reads the
     keys transposed, [Hkv, d, capacity], so a key block's scores are whole vectors)."""
 
-    def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "kernel") -> None:
-        super().__init__(n_heads, n_kv_heads, head_dim, attn)
+    def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "kernel",
+                 layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
+        super().__init__(n_heads, n_kv_heads, head_dim, attn, layers)
         self.kernel = kernel
         self.keys_transposed = attn == "kernel"
+        # with our attention and every matmul ours: each layer as one call, its weights bound once
+        whole = attn == "kernel" and all(p.small is not None for _, lp in self.layers for p in lp.all())
+        self._whole = [self._bind(layer, proj) for layer, proj in self.layers] if whole else []
+
+    def _bind(self, layer: torch.nn.Module, proj: LayerProjections) -> Any:
+        """``layer.cpp``'s Layer: the packed weights, norms and shapes of one decoder layer."""
+        norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
+        args = [norm_in.weight.detach().contiguous(), norm_in.variance_epsilon,
+                norm_post.weight.detach().contiguous(), norm_post.variance_epsilon]
+        for p in proj.all():  # qkv, o, gate_up, down
+            args += [p.small, p.out_features, p.bias]
+        return self.kernel.Layer(*args, self.H, self.Hkv, layer.self_attn.scaling)
+
+    def layer(self, i: int, x: torch.Tensor, add: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+              kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self._whole:
+            return super().layer(i, x, add, cos, sin, kc, vc, L, mask)
+        return x, self._whole[i].forward(x, add, cos[0], sin[0], kc, vc, L, mask)  # x updated in place
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.kernel.add_rms_norm(x, r, norm.weight, norm.variance_epsilon)  # x += r in place
@@ -128,10 +167,11 @@ class FusedOps(TorchOps):
 
 
 def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int,
-              attn: str = "auto") -> TorchOps:
+              attn: str = "auto", projections: Sequence[LayerProjections] = ()) -> TorchOps:
     """:class:`FusedOps` where our kernel runs the matmuls and the model's layers are the plain LLaMA
     ones it implements (RMSNorm with ``variance_epsilon``, SiLU MLP); else :class:`TorchOps`. ``attn``
-    (:data:`ATTN_CHOICES`) is resolved here: ``auto`` is ``kernel`` with FusedOps, else ``sdpa``."""
+    (:data:`ATTN_CHOICES`) is resolved here: ``auto`` is ``kernel`` with FusedOps, else ``sdpa``.
+    ``projections``: each layer's matmuls (:meth:`TorchOps.layer` runs them)."""
     if attn not in ATTN_CHOICES:
         raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
     layer = model.model.layers[0]
@@ -146,4 +186,7 @@ def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int
                          "with matmul=auto or a kernel variant; use attn=auto or attn=sdpa")
     if attn == "auto":
         attn = "kernel" if fits else "sdpa"
-    return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn) if fits else TorchOps(n_heads, n_kv_heads, head_dim, attn)
+    layers = list(zip(model.model.layers, projections))
+    if fits:
+        return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn, layers)
+    return TorchOps(n_heads, n_kv_heads, head_dim, attn, layers)

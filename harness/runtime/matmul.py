@@ -155,6 +155,10 @@ class LayerProjections:
     gate_up: Projection  # -> [k, 2 * intermediate]
     down: Projection
 
+    def all(self) -> tuple[Projection, ...]:
+        """The four in the forward's order."""
+        return self.qkv, self.o, self.gate_up, self.down
+
 
 def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None,
                       bf16_weights: bool = False) -> LayerProjections:

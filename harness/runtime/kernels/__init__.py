@@ -44,9 +44,9 @@ import torch
 
 from harness.runtime.kernels.cache import Flock, FlockTimeout, cached_build_ok, module_name, record_good_build
 
-#: The extension's sources: the matmul kernel (which holds the module definition), the fused layer ops
-#: and the decoding steps' attention.
-SOURCES = tuple(Path(__file__).with_name(f"{name}.cpp") for name in ("small_gemm", "layer_ops", "attention"))
+#: The extension's sources: the matmul kernel (which holds the module definition), the fused layer ops,
+#: the decoding steps' attention and the whole layer in one call.
+SOURCES = tuple(Path(__file__).with_name(f"{name}.cpp") for name in ("small_gemm", "layer_ops", "attention", "layer"))
 
 # flags common to every variant: no -ffast-math, and no contraction of a * b + c behind our back (the
 # explicit fmadd is an intrinsic where the ISA has FMA; the generic fallback stays mul-then-add)

@@ -174,6 +174,8 @@ void attend_tile(const Tile& t, const float* kt, const float* values, int64_t ca
   }
 }
 
+}  // namespace
+
 // q [1, H, k, d] rotated queries; kt [Hkv, d, capacity] the layer's keys (transposed: see score_keys),
 // vc [Hkv, capacity, d] its values, the committed entries 0..L-1 and this step's k new ones at L..L+k-1;
 // mask [k, k] bool (True: new token i sees new token j), None = causal. Returns [k, H * d]: row i holds
@@ -227,8 +229,6 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
   });
   return out;
 }
-
-}  // namespace
 
 void register_attention(pybind11::module_& m) {
   m.def("attend", &attend, "a step's query rows against the layer's KV cache and mask -> [k, H * d]",

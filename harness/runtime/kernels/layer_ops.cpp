@@ -25,6 +25,10 @@ void check_f32(const at::Tensor& t, const char* what, int64_t dim) {
               ": contiguous float32 CPU tensor of ", dim, " dims expected");
 }
 
+}  // namespace
+
+// (external linkage: layer.cpp calls them too)
+
 // x [k, h] += r [k, h] (r may be undefined: no add); returns RMSNorm(x) * w, [k, h]
 at::Tensor add_rms_norm(at::Tensor x, const c10::optional<at::Tensor>& r, const at::Tensor& w, double eps) {
   check_f32(x, "add_rms_norm: x", 2);
@@ -118,8 +122,6 @@ at::Tensor silu_mul(const at::Tensor& gu) {
   }
   return y;
 }
-
-}  // namespace
 
 void register_layer_ops(pybind11::module_& m) {
   m.def("add_rms_norm", &add_rms_norm, "x += r (in place; r may be None), then RMSNorm(x) * w", pybind11::arg("x"),

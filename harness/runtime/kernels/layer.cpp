@@ -1,0 +1,87 @@
+// One decoder layer of a decoding step in one call: what a step does between the residual stream's
+// entry and exit, with the operations of the other sources (small_gemm.cpp, layer_ops.cpp,
+// attention.cpp) called directly.
+//
+// Why: at a few rows per step, the Python around nine calls per layer (argument conversion, attribute
+// lookups on the modules, the intermediate tensors' wrappers) cost ~1 ms of a 1-token SmolLM2 forward,
+// as much as all the fused operations themselves. A Layer holds its packed weights, norms and shapes
+// once; its forward runs the same functions in the same order as the Python path, so the results are
+// bitwise those of the separate calls (tests compare them), and as row-invariant.
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstdint>
+
+// the other sources' operations (see each for the shapes)
+at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out);
+at::Tensor add_rms_norm(at::Tensor x, const c10::optional<at::Tensor>& r, const at::Tensor& w, double eps);
+at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor kc,
+                         at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_transposed);
+at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
+                  const c10::optional<at::Tensor>& mask, double scale);
+at::Tensor silu_mul(const at::Tensor& gu);
+
+namespace {
+
+// one packed projection (pack()'s stripes), its output width and optional bias
+struct Proj {
+  at::Tensor packed;
+  int64_t n_out;
+  c10::optional<at::Tensor> bias;
+
+  at::Tensor operator()(const at::Tensor& x) const {
+    at::Tensor y = linear(x, packed, n_out);
+    if (bias.has_value() && bias->defined()) y.add_(*bias);
+    return y;
+  }
+};
+
+// A LLaMA decoder layer: RMSNorm -> fused qkv -> RoPE + cache write -> attention -> o -> residual + RMSNorm
+// -> fused gate_up -> SiLU * up -> down. Keys are cached transposed ([Hkv, d, capacity]), as attend reads them.
+class Layer {
+ public:
+  Layer(at::Tensor in_norm, double in_eps, at::Tensor post_norm, double post_eps, at::Tensor qkv, int64_t n_qkv,
+        c10::optional<at::Tensor> b_qkv, at::Tensor o, int64_t n_o, c10::optional<at::Tensor> b_o, at::Tensor gate_up,
+        int64_t n_gate_up, c10::optional<at::Tensor> b_gate_up, at::Tensor down, int64_t n_down,
+        c10::optional<at::Tensor> b_down, int64_t H, int64_t Hkv, double scale)
+      : in_norm_(std::move(in_norm)), post_norm_(std::move(post_norm)), in_eps_(in_eps), post_eps_(post_eps),
+        qkv_{std::move(qkv), n_qkv, std::move(b_qkv)}, o_{std::move(o), n_o, std::move(b_o)},
+        gate_up_{std::move(gate_up), n_gate_up, std::move(b_gate_up)}, down_{std::move(down), n_down, std::move(b_down)},
+        H_(H), Hkv_(Hkv), scale_(scale) {}
+
+  // x [k, hidden] the residual stream (updated in place: x += add, then x += attention's output);
+  // add [k, hidden] what the previous layer adds (None for the first); cos/sin [k, d]; kt/vc the layer's
+  // caches; mask [k, k] bool among the new tokens or None (causal). Returns what this layer adds, [k, hidden].
+  at::Tensor forward(at::Tensor x, const c10::optional<at::Tensor>& add, const at::Tensor& cos, const at::Tensor& sin,
+                     at::Tensor kt, at::Tensor vc, int64_t L, const c10::optional<at::Tensor>& mask) const {
+    at::Tensor h = add_rms_norm(x, add, in_norm_, in_eps_);
+    at::Tensor q = rope_to_cache(qkv_(h), cos, sin, kt, vc, L, H_, Hkv_, true);
+    at::Tensor o = attend(q, kt, vc, L, mask, scale_);
+    h = add_rms_norm(x, o_(o), post_norm_, post_eps_);
+    return down_(silu_mul(gate_up_(h)));
+  }
+
+ private:
+  at::Tensor in_norm_, post_norm_;
+  double in_eps_, post_eps_;
+  Proj qkv_, o_, gate_up_, down_;
+  int64_t H_, Hkv_;
+  double scale_;
+};
+
+}  // namespace
+
+void register_layer(pybind11::module_& m) {
+  namespace py = pybind11;
+  py::class_<Layer>(m, "Layer", "one decoder layer of a step, weights held once (see layer.cpp)")
+      .def(py::init<at::Tensor, double, at::Tensor, double, at::Tensor, int64_t, c10::optional<at::Tensor>, at::Tensor,
+                    int64_t, c10::optional<at::Tensor>, at::Tensor, int64_t, c10::optional<at::Tensor>, at::Tensor,
+                    int64_t, c10::optional<at::Tensor>, int64_t, int64_t, double>(),
+           py::arg("in_norm"), py::arg("in_eps"), py::arg("post_norm"), py::arg("post_eps"), py::arg("qkv"),
+           py::arg("n_qkv"), py::arg("b_qkv"), py::arg("o"), py::arg("n_o"), py::arg("b_o"), py::arg("gate_up"),
+           py::arg("n_gate_up"), py::arg("b_gate_up"), py::arg("down"), py::arg("n_down"), py::arg("b_down"),
+           py::arg("H"), py::arg("Hkv"), py::arg("scale"))
+      .def("forward", &Layer::forward, "the layer on x [k, hidden] (updated in place); returns what it adds",
+           py::arg("x"), py::arg("add"), py::arg("cos"), py::arg("sin"), py::arg("kt"), py::arg("vc"), py::arg("L"),
+           py::arg("mask"));
+}
