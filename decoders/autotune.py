@@ -3,7 +3,9 @@ predicted speedup.
 
 A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1) + prompt_lookup, and
 within the cap) tokens and costs t(k); autoregressive decoding costs t(1) per token. We measure the
-latency curve t(k) on the backend, run each candidate on calibration prompts (greedy; a short screening
+latency curve t(k) on the backend after as many cache entries as the calibration runs hold half-way
+(the median prompt plus half the generation: a step's attention grows with the cache, so a curve
+measured on a short cache undercharges large steps on long prompts), run each candidate on calibration prompts (greedy; a short screening
 run of every candidate, then the best few at the job's length, see SCREEN_TOKENS), and predict its
 speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best. Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
@@ -40,11 +42,11 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the kernel's
 # 6-row tiles (a cap that is not below a step on some machine simply loses).
-# No prompt_lookup rows by default (pass them as ``candidates``, e.g. (1, 2, 1, 7, 12, 10) or
-# (1, 2, 1, 7, None, 10)): on AVX2 (2026-12-01) they screened best on one XSum prompt at 96 tokens (S 4.0, k 11) and then ran at 0.92x
-# `ar` on four others, where (1,2,3,t7,cap6) had run at 1.31x; on HumanEval they tied with it in
-# calibration and lost nothing there. Their 10-13-token steps are priced on a curve measured at 300
-# cache entries, which undercharges them on XSum's ~1000-token prompts.
+# The last two carry prompt lookup's draft (prompt_lookup=10, pld's default) as their first chain, so the
+# tuner can pick pld's own draft where it pays (code). Until 2026-12-02 they were left out: on Zen 3
+# (AVX2, sdpa attention) one screened best on an XSum prompt (S 4.0 at 11 tokens a step) and then ran at
+# 0.92x `ar`, priced on a curve measured at 300 cache entries against XSum's ~1000-token prompts; the
+# curve is now measured at the calibration's own cache length and our attention costs a third of sdpa's.
 CANDIDATES = (
     (1, 3, 1, None, None, None), (1, 4, 1, None, None, None), (1, 5, 1, None, None, None),
     (1, 6, 1, None, None, None), (1, 4, 2, None, None, None), (2, 4, 2, None, None, None),
@@ -52,6 +54,7 @@ CANDIDATES = (
     (1, 3, 1, 7, None, None), (1, 3, 2, 7, None, None), (1, 4, 1, 8, None, None), (1, 3, 1, 10, None, None),
     (1, 2, 3, 7, 6, None), (1, 3, 3, 7, 6, None), (1, 3, 3, 7, 8, None), (1, 4, 3, 8, 8, None),
     (5, 5, 5, None, None, None), (7, 5, 7, None, None, None), (15, 5, 15, None, None, None),
+    (1, 2, 1, 7, 12, 10), (1, 2, 1, 7, None, 10),
 )
 
 
@@ -88,6 +91,11 @@ def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: i
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def calibration_cache_len(prompts: list[list[int]], max_new_tokens: int) -> int:
+    """Cache entries half-way through a calibration run: the median prompt plus half the generation."""
+    return int(statistics.median(len(p) for p in prompts)) + max_new_tokens // 2
+
+
 def interp_latency(curve: dict[int, float], k: float) -> float:
     ks = sorted(curve)
     return float(np.interp(k, ks, [curve[x] for x in ks]))
@@ -98,6 +106,8 @@ class Tuned:
     params: dict[str, Any]
     predicted: float  # predicted wall-clock speedup over autoregressive decoding
     calibration: list[dict[str, Any]] = field(default_factory=list)  # every candidate's S, k and prediction
+    curve: dict[int, float] = field(default_factory=dict)  # the latency curve the predictions priced steps on
+    cache_len: int | None = None  # the cache length it was measured at (None: the caller's curve)
 
 
 def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, curve: dict[int, float],
@@ -136,10 +146,14 @@ def autotune(
     finalists: int = FINALISTS,
 ) -> Tuned:
     """Pick the SHAPE with the best predicted speedup on ``prompts`` (greedy calibration runs, two rounds:
-    see SCREEN_TOKENS). ``calibration`` lists every run, screening rows first."""
+    see SCREEN_TOKENS). ``calibration`` lists every run, screening rows first. ``curve``: None (the
+    default) measures it at :func:`calibration_cache_len`."""
     if not prompts:
         raise ValueError("autotune needs at least one calibration prompt")
-    curve = curve or latency_curve(backend)
+    cache_len = None
+    if curve is None:
+        cache_len = calibration_cache_len(prompts, max_new_tokens)
+        curve = latency_curve(backend, cache_len=cache_len)
     flags = {"pool_from_prompt": pool_from_prompt, "pool_from_output": pool_from_output, "pool_context": pool_context}
     shapes = [dict(zip(SHAPE, c)) for c in candidates]
     screen = [
@@ -153,7 +167,8 @@ def autotune(
     ]
     best = max(final, key=lambda r: r["predicted"])
     params = {**{k: best[k] for k in SHAPE}, **flags}
-    return Tuned(params=params, predicted=best["predicted"], calibration=screen + final)
+    return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
+                 cache_len=cache_len)
 
 
 class AutoTunedLookahead(LookaheadDecoder):

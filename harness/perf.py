@@ -204,8 +204,9 @@ def main(argv: list[str] | None = None) -> None:
             if not held_out:
                 raise SystemExit(f"{task}: no prompts left after the {args.prompts} measured ones to calibrate "
                                  f"the auto-tuner on; lower --prompts")
-            tuned = autotune(backend, held_out, curve, max_new_tokens=args.max_new_tokens,
-                             pool_from_output=True, pool_context=True)
+            # the tuner measures its own curve at the calibration's cache length (see autotune)
+            tuned = autotune(backend, held_out, max_new_tokens=args.max_new_tokens, pool_from_output=True,
+                             pool_context=True)
             shape = {k: tuned.params[k] for k in SHAPE}
             window_only = {**shape, "prompt_lookup": None}
             methods = [Method("ar", ours(backend, build_decoder("ar")))]
@@ -239,14 +240,16 @@ def main(argv: list[str] | None = None) -> None:
             table = summarize(rows, curve)
             block = (f"\n-- {task}: {len(prompts)} prompts, max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
-                     f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts); "
+                     f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
+                     f"steps priced at cache {tuned.cache_len}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
                      f"+pools = prompt and output n-grams, context-ranked\n" + format_table(table))
             print(block, flush=True)
             text.append(block)
             report["runs"][f"{dtype}/{task}"] = {
                 "curve_s": curve, "table": table, "tuned": {"params": tuned.params,
-                "predicted_speedup": tuned.predicted, "calibration": tuned.calibration},
+                "predicted_speedup": tuned.predicted, "calibration": tuned.calibration,
+                "curve_s": tuned.curve, "cache_len": tuned.cache_len},
             }
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "perf-" + "-".join(args.dtype + (args.tasks or ["memory"]))  # one file per run, side by side

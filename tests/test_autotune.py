@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, autotune, interp_latency, latency_curve
+from decoders.autotune import CANDIDATES, LATENCY_KS, autotune, calibration_cache_len, interp_latency, latency_curve
 from decoders.lookahead import SHAPE
 
 
@@ -69,3 +69,15 @@ def test_prediction_prices_every_step_on_the_curve():
     fed = [2, 2, 12, 12]
     assert predicted_speedup(10, fed, curve) == pytest.approx(10 * 1.0 / (1.1 + 1.1 + 3.0 + 3.0))
     assert predicted_speedup(10, fed, curve) != pytest.approx(10 / (4 * interp_latency(curve, 7)))
+
+
+def test_autotune_prices_steps_at_the_calibration_cache_length(tiny):
+    """Without a caller's curve the tuner measures one after as many cache entries as its calibration runs
+    hold half-way (a step's attention grows with the cache: a short-cache curve undercharges large steps)."""
+    prompts = [[7, 8, 9, 10, 11] * 5, [5, 6, 5, 6, 20, 21], [1, 2, 3]]
+    assert calibration_cache_len(prompts, 16) == 6 + 8
+    tuned = autotune(tiny, prompts, max_new_tokens=16, candidates=CANDIDATES[:2], screen_tokens=8, finalists=1)
+    assert tuned.cache_len == 14 and sorted(tuned.curve) == sorted(LATENCY_KS)
+    assert all(r["predicted"] > 0 for r in tuned.calibration)
+    assert autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=8, candidates=CANDIDATES[:1],
+                    screen_tokens=4, finalists=1).cache_len is None  # the caller's curve, as given
