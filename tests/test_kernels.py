@@ -105,9 +105,10 @@ def test_row_invariance(mod, n, k):
     _row_invariance(mod, mod.pack(w), n, torch.randn(300, k, generator=g))
 
 
-def test_bf16_weights(mod):
+@pytest.mark.parametrize("k", [583, 576, 1, 2])  # odd and even K: bfloat16 rows are packed in pairs
+def test_bf16_weights(mod, k):
     g = torch.Generator().manual_seed(3)
-    n, k = 300, 583
+    n = 300
     w = torch.randn(n, k, generator=g) * k ** -0.5
     packed = mod.pack(w, bf16=True)
     assert packed.dtype == torch.bfloat16
