@@ -83,15 +83,14 @@ def forward_table(model: str, dtypes: list[str], rows: list[int], cache_len: int
             causal = torch.ones(k, k, dtype=torch.bool).tril()
             out: dict[str, torch.Tensor] = {}
 
-            def step(attn: str) -> None:
-                out[attn] = backends[attn].forward(ids, pos, causal)
-                backends[attn].commit([])
+            def step(be, attn: str) -> None:
+                out[attn] = be.forward(ids, pos, causal)
+                be.commit([])
 
-            t = round_robin({attn: (lambda attn=attn: step(attn)) for attn in backends}, reps)
+            t = round_robin({attn: (lambda be=be, attn=attn: step(be, attn)) for attn, be in backends.items()}, reps)
             diff = (out["sdpa"] - out["kernel"]).abs().max().item()
             lines.append(f"| {dtype} | {k} | {t['sdpa']:.1f} | {t['kernel']:.1f} | {t['kernel'] / t['sdpa']:.2f}x | "
                          f"{diff:.1e} |")
-        del backends
     return lines
 
 
