@@ -26,6 +26,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
+# The stored reference was measured with torch's sdpa attention (before our attention kernel became the
+# default on 2026-12-02). model.attn is part of a job's identity, so it is pinned here: a resumed block
+# extends the same jobs instead of starting new ones beside them. ATTN=auto with --clean re-measures a
+# block with our attention.
+ATTN=${ATTN:-sdpa}
 
 clean=0
 run=1
@@ -61,7 +66,7 @@ for block in "${blocks[@]}"; do
             if [ "$run" = 1 ]; then
                 for limit in 5 10 20; do
                     $PY -m harness.run +experiment=ablation limit=$limit max_new_tokens=256 \
-                        data_dir=$DATA results_dir=results/ablation
+                        model.attn=$ATTN data_dir=$DATA results_dir=results/ablation
                 done
             fi
             if has_records ablation; then
@@ -73,7 +78,7 @@ for block in "${blocks[@]}"; do
             if [ "$run" = 1 ]; then
                 for limit in 5 10; do
                     $PY -m harness.run +experiment=scaling limit=$limit max_new_tokens=128 \
-                        data_dir=$DATA results_dir=results/scaling
+                        model.attn=$ATTN data_dir=$DATA results_dir=results/scaling
                 done
             fi
             if has_records scaling; then
@@ -84,7 +89,7 @@ for block in "${blocks[@]}"; do
             if [ "$run" = 1 ]; then
                 for limit in 10 20 40; do
                     $PY -m harness.run +experiment=sampling limit=$limit max_new_tokens=128 \
-                        data_dir=$DATA results_dir=results/sampling
+                        model.attn=$ATTN data_dir=$DATA results_dir=results/sampling
                 done
             fi
             if has_records sampling; then
