@@ -129,7 +129,7 @@ def _check_keys(cfg: DictConfig) -> None:
 def _check_setup(cfg: DictConfig) -> None:
     import torch
 
-    from harness.runtime.backend import ATTN_IMPLS
+    from harness.runtime.layer_ops import ATTN_CHOICES
     from harness.runtime.loading import DTYPES
     from harness.runtime.matmul import MATMUL_CHOICES
 
@@ -153,8 +153,8 @@ def _check_setup(cfg: DictConfig) -> None:
             raise ValueError(f"device={cfg.device} but CUDA is not available on this machine; use device=cpu")
         if index >= torch.cuda.device_count():
             raise ValueError(f"device={cfg.device} but this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if cfg.model.attn not in ATTN_IMPLS:
-        raise ValueError(f"model.attn must be one of {', '.join(ATTN_IMPLS)}, got {cfg.model.attn!r}")
+    if cfg.model.attn not in ATTN_CHOICES:
+        raise ValueError(f"model.attn must be one of {', '.join(ATTN_CHOICES)}, got {cfg.model.attn!r}")
     if cfg.model.attn == "kernel" and (cfg.device != "cpu" or cfg.dtype not in ("float32", "bf16w")
                                        or cfg.matmul == "library"):
         raise ValueError("model.attn=kernel is our CPU kernel's attention: it needs device=cpu, dtype float32 or "

@@ -27,7 +27,6 @@ from harness.runtime.layer_ops import ATTN_CHOICES, layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral")
-ATTN_IMPLS = ATTN_CHOICES
 
 
 class ModelLoadError(RuntimeError):
@@ -61,11 +60,11 @@ class Backend:
         bf16_weights: bool = False,
     ) -> None:
         """``matmul``: which matmul path (:data:`harness.runtime.matmul.MATMUL_CHOICES`); ``attn``: which
-        attention (:data:`ATTN_IMPLS`, resolved into :attr:`attention_path`); ``bf16_weights``:
+        attention (:data:`harness.runtime.layer_ops.ATTN_CHOICES`, resolved into :attr:`attention_path`); ``bf16_weights``:
         the model's linear weights hold bfloat16 values (``dtype=bf16w``), so our kernel stores them in
         bfloat16 and reads half the bytes, with the same results."""
-        if attn not in ATTN_IMPLS:
-            raise ValueError(f"attn must be one of {ATTN_IMPLS}, got {attn!r}")
+        if attn not in ATTN_CHOICES:  # before the weights are packed
+            raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
         model_type = getattr(model.config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ModelLoadError(

@@ -122,10 +122,14 @@ class FusedOps(TorchOps):
                  layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
         super().__init__(n_heads, n_kv_heads, head_dim, attn, layers)
         self.kernel = kernel
-        self.keys_transposed = attn == "kernel"
         # with our attention and every matmul ours: each layer as one call, its weights bound once
         whole = attn == "kernel" and all(p.small is not None for _, lp in self.layers for p in lp.all())
         self._whole = [self._bind(layer, proj) for layer, proj in self.layers] if whole else []
+
+    @property
+    def keys_transposed(self) -> bool:  # type: ignore[override]
+        """Our attention reads the key cache as [Hkv, d, capacity]."""
+        return self.attn == "kernel"
 
     def _bind(self, layer: torch.nn.Module, proj: LayerProjections) -> Any:
         """``layer.cpp``'s Layer: the packed weights, norms and shapes of one decoder layer."""
