@@ -42,11 +42,11 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the kernel's
 # 6-row tiles (a cap that is not below a step on some machine simply loses).
-# The last four carry prompt lookup's draft (prompt_lookup=10, pld's default) as their first chain, so the
-# tuner can pick pld's own draft where it pays (code). The two without text n-grams (pool n-grams of N=2:
-# one token) and capped at 11-12 tokens are pld's step plus a token or two of window and pool: on HumanEval
-# (EPYC AVX-512, 2026-12-02) (1,2,1,cap11,pl10) ran 1.03x `pld` where (1,2,1,t7,pl10), 2.4 tokens a step
-# larger, ran 0.97x. Until 2026-12-02 prompt-lookup shapes were left out: on Zen 3
+# The last six carry prompt lookup's draft (prompt_lookup=10, pld's default) as their first chain, so the
+# tuner can pick pld's own draft where it pays (code). Capped at 11 tokens (pld's own step), a step whose
+# text matched feeds pld's draft alone (the window sits out), and one without a match feeds the window
+# and pool n-grams (of N=2, one token, or of 7 tokens from the text) where pld would feed the root alone.
+# Until 2026-12-02 prompt-lookup shapes were left out: on Zen 3
 # (AVX2, sdpa attention) one screened best on an XSum prompt (S 4.0 at 11 tokens a step) and then ran at
 # 0.92x `ar`, priced on a curve measured at 300 cache entries against XSum's ~1000-token prompts; the
 # curve is now measured at the calibration's own cache length and our attention costs a third of sdpa's.
@@ -58,6 +58,7 @@ CANDIDATES = (
     (1, 2, 3, 7, 6, None), (1, 3, 3, 7, 6, None), (1, 3, 3, 7, 8, None), (1, 4, 3, 8, 8, None),
     (5, 5, 5, None, None, None), (7, 5, 7, None, None, None), (15, 5, 15, None, None, None),
     (1, 2, 1, 7, 12, 10), (1, 2, 1, 7, None, 10), (1, 2, 1, None, 11, 10), (1, 2, 1, None, 12, 10),
+    (1, 2, 1, 7, 11, 10), (1, 3, 1, 7, 11, 10),
 )
 
 

@@ -21,7 +21,10 @@ cap at the end of a step keeps every forward on the cheaper side of it while G >
 over prompt + output, up to ``LOOKUP_NGRAM`` tokens, continued for ``prompt_lookup`` tokens) as the first
 ranked chain. Why: the pool holds n-grams of one length keyed by one or two tokens, so on code, where the
 model copies long spans, ``pld``'s longer match and longer draft accept more per step; with this chain
-lookahead's draft set contains ``pld``'s, and the window and pool add to it.
+lookahead's draft set contains ``pld``'s, and the window and pool add to it. Under a ``step_tokens`` cap a
+draft that would not fit beside the window is fed whole and the window sits that step out (its trajectory
+waits): a step that matched earlier text then costs what ``pld``'s does instead of trimming its draft
+for a guess, and steps without a match still get the window and the pool.
 ``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
 ``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
 module, never the reverse).
@@ -56,6 +59,7 @@ def shape_label(shape: dict[str, Any]) -> str:
 class _LookaheadState:
     window: LookaheadWindow
     pool: NgramPool
+    window_fed: bool = True  # whether this step's forward holds the window
 
 
 @dataclass
@@ -113,15 +117,23 @@ class LookaheadDecoder(Decoder):
 
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
         prev = seq[-2] if len(seq) > 1 else None
-        room = None if self.step_tokens is None else self.step_tokens - 1 - state.window.size
         chains = state.pool.get(seq[-1], prev)
+        state.window_fed = True
         if self.prompt_lookup:
             draft = lookup_continuation(seq, LOOKUP_NGRAM, self.prompt_lookup)
-            chains = [draft, *chains] if draft else chains
-        return Proposal(DraftTree.from_chains(chains, room), state.window)
+            if draft:
+                chains = [draft, *chains]
+                # under a cap, the prompt-lookup chain is served before the window: a step that
+                # matched earlier text feeds pld's full draft rather than trimming it for a guess
+                if self.step_tokens is not None and 1 + len(draft) + state.window.size > self.step_tokens:
+                    state.window_fed = False
+        window = state.window if state.window_fed else None
+        room = None if self.step_tokens is None else self.step_tokens - 1 - (window.size if window else 0)
+        return Proposal(DraftTree.from_chains(chains, room), window)
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
-        state.pool.add_all(state.window.advance(out.window_pred))
+        if state.window_fed:  # a step without the window leaves its trajectory where it was
+            state.pool.add_all(state.window.advance(out.window_pred))
         if self.pool_from_output:  # every n-gram that ends in a newly accepted token
             n = self.text_n
             state.pool.add_from(seq, start=len(seq) - len(out.verdict.tokens) - n + 1, n=n)

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from decoders import build_decoder
+from decoders.base import StepOutput
+from decoders.tree import Verdict
 from tiny import TINY_EOS, TINY_VOCAB
 
 
@@ -153,6 +155,29 @@ def test_prompt_lookup_chain_contains_plds_draft(tiny):
     assert la.accepted[0] == pld.accepted[0] > 1
     assert la.steps <= pld.steps
     assert build_decoder("lookahead", W=1, N=2, G=0, prompt_lookup=6).max_step_tokens() == 1 + 1 + 6
+
+
+def test_capped_prompt_lookup_chain_goes_before_the_window(tiny):
+    """Under a cap of pld's own step size, a step with a prompt-lookup match feeds exactly pld's draft
+    (the window sits out and its trajectory waits); a step without one feeds the window and the pool."""
+    base = [7, 8, 9, 10, 11] * 4
+    prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens
+    ref = build_decoder("ar").generate(tiny, prompt, 30)
+    pld = build_decoder("pld", max_ngram=3, num_pred=6).generate(tiny, prompt, 30)
+    dec = build_decoder("lookahead", W=2, N=3, G=2, prompt_lookup=6, step_tokens=7)
+    state = dec.begin(prompt)
+    first = dec.propose(state, list(prompt))
+    assert first.window is None and state.window_fed is False and len(first.tree) == 6  # pld's whole draft
+    la = dec.generate(tiny, prompt, 30)
+    assert la.tokens == pld.tokens == ref.tokens
+    assert la.input_tokens[0] == pld.input_tokens[0] == 7 and la.accepted[0] == pld.accepted[0]
+    assert max(la.input_tokens) <= 7
+    unmatched = dec.begin([3, 4, 5, 6])  # the last token never occurred before: no prompt-lookup draft
+    step = dec.propose(unmatched, [3, 4, 5, 6])
+    assert step.window is unmatched.window and unmatched.window_fed
+    levels = [list(lv) for lv in state.window.levels]
+    dec.update(state, list(prompt) + [1], StepOutput(Verdict([1], []), [1], []))  # a step without the window
+    assert state.window.levels == levels
 
 
 def test_draft_tree_node_cap():
