@@ -5,15 +5,19 @@
 // torch spends 10-60 us per call on dispatch, allocation and reductions (RMSNorm alone costs ~40 us per
 // call on a Zen 3 core at one row). Thirty layers of ~15 such calls were a third of a 1-token forward.
 //
-// Exactness: every output row is computed by the same scalar code in the same order whatever the row
-// count, so a row's result is bitwise independent of the other rows (as the matmul kernel's are). The
+// Exactness: every output row is computed by the same code in the same order whatever the row count, so
+// a row's result is bitwise independent of the other rows (as the matmul kernel's are); SiLU's exp is
+// at::vec's vector exp, elementwise and lane-independent (the tail goes through a partial vector), so an
+// element's value depends on nothing but its input. The
 // arithmetic follows transformers' LLaMA modules (float32 variance, x * rsqrt(var + eps) * w;
 // q * cos + rotate_half(q) * sin; silu(g) = g / (1 + exp(-g))) without promising the same bits: every
 // decoder runs through this same code, which is what exactness against `ar` needs.
 #include <ATen/core/Tensor.h>
+#include <ATen/cpu/vec/vec.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -115,10 +119,18 @@ at::Tensor silu_mul(const at::Tensor& gu) {
   auto y = at::empty({k, inter}, gu.options());
   const float* in = gu.data_ptr<float>();
   float* out = y.data_ptr<float>();
+  using Vec = at::vec::Vectorized<float>;
+  constexpr int64_t VS = Vec::size();
+  const Vec one(1.f);
   for (int64_t i = 0; i < k; ++i) {
     const float* g = in + i * 2 * inter;
     const float* u = g + inter;
-    for (int64_t j = 0; j < inter; ++j) out[i * inter + j] = (g[j] / (1.f + std::exp(-g[j]))) * u[j];
+    float* o = out + i * inter;
+    for (int64_t j = 0; j < inter; j += VS) {  // vector exp: ~5x the scalar's speed on 1536 columns
+      const int64_t n = std::min<int64_t>(VS, inter - j);
+      const Vec gv = Vec::loadu(g + j, n), uv = Vec::loadu(u + j, n);
+      ((gv / (one + gv.neg().exp())) * uv).store(o + j, n);
+    }
   }
   return y;
 }
