@@ -4,6 +4,7 @@
                            [--tasks humaneval mt_bench gsm8k xsum]   (a bare --tasks: steps 0-1 only)
                            [--prompts 5] [--max-new-tokens 256] [--out results/perf]
                            [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] ...]
+                           [--pld MAX_NGRAM,NUM_PRED ...]
                            [--no-hf]
 
 0. The memory bound: this machine's read bandwidth (the fastest of 9 sums over a 512 MB buffer), the matmul weight bytes
@@ -141,6 +142,14 @@ def parse_shape(text: str) -> dict[str, int | None]:
     return dict(zip(SHAPE, values))
 
 
+def parse_pld(text: str) -> tuple[int, int]:
+    """``"6,10"`` -> (max_ngram, num_pred); a clear error for anything else."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MAX_NGRAM,NUM_PRED as two integers >= 1, e.g. 6,10; got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def memory_floor_line(backend, curve: dict[int, float], bandwidth: float) -> str:
     """t(1) against the time to read the step's weights once at the measured bandwidth."""
     weight = backend.step_weight_bytes()
@@ -177,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP[,PL]]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
+    ap.add_argument("--pld", nargs="*", default=[], metavar="MAX_NGRAM,NUM_PRED", type=parse_pld,
+                    help="more pld settings to run beside pld(3,10) (e.g. 6,10: the suffix length lookahead's chain matches)")
     ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md}")
     args = ap.parse_args(argv)
 
@@ -217,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
                 ]
             methods += [
                 Method("pld(max_ngram=3,num_pred=10)", ours(backend, build_decoder("pld", num_pred=10))),
+                *[Method(f"pld(max_ngram={m},num_pred={n})", ours(backend, build_decoder("pld", max_ngram=m, num_pred=n)))
+                  for m, n in args.pld],
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(f"lookahead auto{shape_label(shape)}+pools",
                        ours(backend, build_decoder("lookahead", **tuned.params))),

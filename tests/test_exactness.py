@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from decoders import build_decoder
 from decoders.base import StepOutput
+from decoders.lookahead import LOOKUP_NGRAM
 from decoders.tree import Verdict
 from tiny import TINY_EOS, TINY_VOCAB
 
@@ -143,12 +144,13 @@ def test_long_text_ngrams_and_step_cap(tiny):
 
 
 def test_prompt_lookup_chain_contains_plds_draft(tiny):
-    """With ``prompt_lookup``, every step's tree holds pld's draft first, so a step accepts at least
-    what pld's step would from the same text; the output stays the greedy one."""
+    """With ``prompt_lookup``, every step's tree holds first the draft of pld at the same suffix length
+    (``LOOKUP_NGRAM``), so a step accepts at least what that pld's step would from the same text; the
+    output stays the greedy one."""
     base = [7, 8, 9, 10, 11] * 4
     prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens  # holds what comes next
     ref = build_decoder("ar").generate(tiny, prompt, 20)
-    pld = build_decoder("pld", max_ngram=3, num_pred=6).generate(tiny, prompt, 20)
+    pld = build_decoder("pld", max_ngram=LOOKUP_NGRAM, num_pred=6).generate(tiny, prompt, 20)
     # no pool at all (G=0, no prompt pool): the window plus pld's chain
     la = build_decoder("lookahead", W=1, N=2, G=0, pool_from_prompt=False, prompt_lookup=6).generate(tiny, prompt, 20)
     assert la.tokens == pld.tokens == ref.tokens
@@ -163,7 +165,7 @@ def test_capped_prompt_lookup_chain_goes_before_the_window(tiny):
     base = [7, 8, 9, 10, 11] * 4
     prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens
     ref = build_decoder("ar").generate(tiny, prompt, 30)
-    pld = build_decoder("pld", max_ngram=3, num_pred=6).generate(tiny, prompt, 30)
+    pld = build_decoder("pld", max_ngram=LOOKUP_NGRAM, num_pred=6).generate(tiny, prompt, 30)
     dec = build_decoder("lookahead", W=2, N=3, G=2, prompt_lookup=6, step_tokens=7)
     state = dec.begin(prompt)
     first = dec.propose(state, list(prompt))

@@ -8,7 +8,7 @@ import pytest
 
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
-from harness.perf import format_table, parse_shape, summarize
+from harness.perf import format_table, parse_pld, parse_shape, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -47,3 +47,7 @@ def test_parse_shape_and_label():
     for bad in ("1,5", "a,b,c", "1,5,1,2,3,4,5", "1,-5,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
             parse_shape(bad)
+    assert parse_pld("6,10") == (6, 10)
+    for bad in ("6", "6,10,1", "0,10", "a,10"):
+        with pytest.raises(argparse.ArgumentTypeError, match="MAX_NGRAM,NUM_PRED"):
+            parse_pld(bad)
