@@ -8,7 +8,7 @@ import pytest
 
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
-from harness.perf import format_table, parse_pld, parse_shape, summarize
+from harness.perf import format_table, median_rounds, parse_pld, parse_shape, positive_int, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -36,6 +36,21 @@ def test_summarize_speedup_S_roofline_and_overhead():
     assert "| la |" in format_table(list(table.values()))
 
 
+def test_median_rounds_takes_each_timing_median_per_method_and_prompt():
+    toks = list(range(8))
+    rows = [{"method": m, "round": r, **_ours(p, toks, t, [1] * 8, t * 0.9)}
+            for m, p, r, t in [("ar", 0, 0, 0.08), ("ar", 0, 1, 0.20), ("ar", 0, 2, 0.10),
+                               ("la", 0, 0, 0.05), ("la", 0, 1, 0.04), ("la", 0, 2, 0.30),
+                               ("ar", 1, 0, 0.07)]]
+    merged = {(r["method"], r["prompt"]): r for r in median_rounds(rows)}
+    assert len(merged) == 3 and "round" not in merged[("ar", 0)]
+    assert merged[("ar", 0)]["total_s"] == 0.10 and merged[("ar", 0)]["forward_s"] == pytest.approx(0.09)
+    assert merged[("la", 0)]["total_s"] == 0.05 and merged[("la", 0)]["rounds"] == 3
+    assert merged[("ar", 1)]["total_s"] == 0.07 and merged[("ar", 1)]["rounds"] == 1
+    table = {r["method"]: r for r in summarize(median_rounds(rows), CURVE)}
+    assert table["la"]["speedup"] == pytest.approx(0.10 / 0.05)  # against ar's median on the same prompt
+
+
 def test_parse_shape_and_label():
     assert parse_shape("1,5,1") == {"W": 1, "N": 5, "G": 1, "text_ngram": None, "step_tokens": None,
                                     "prompt_lookup": None}
@@ -47,7 +62,9 @@ def test_parse_shape_and_label():
     for bad in ("1,5", "a,b,c", "1,5,1,2,3,4,5", "1,-5,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
             parse_shape(bad)
-    assert parse_pld("6,10") == (6, 10)
+    assert parse_pld("6,10") == (6, 10) and positive_int("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
+        positive_int("0")
     for bad in ("6", "6,10,1", "0,10", "a,10"):
         with pytest.raises(argparse.ArgumentTypeError, match="MAX_NGRAM,NUM_PRED"):
             parse_pld(bad)
