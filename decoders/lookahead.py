@@ -22,10 +22,10 @@ over prompt + output, continued for ``prompt_lookup`` tokens) as the first ranke
 ``LOOKUP_NGRAM`` = 6 tokens where ``pld`` defaults to 3. Why: the pool holds n-grams of one length keyed
 by one or two tokens, so on code, where the model copies long spans, ``pld``'s longer match and longer
 draft accept more per step; with this chain lookahead's draft set contains that of ``pld`` at the same
-suffix length, and the window and pool add to it. Under a ``step_tokens`` cap a
-draft that would not fit beside the window is fed whole and the window sits that step out (its trajectory
-waits): a step that matched earlier text then costs what ``pld``'s does instead of trimming its draft
-for a guess, and steps without a match still get the window and the pool.
+suffix length, and the window and pool add to it. Under a ``step_tokens`` cap a draft that would not fit
+beside the window is fed whole and the window sits that step out (its trajectory waits): a step that
+matched earlier text then costs what ``pld``'s does instead of trimming its draft for a guess, and steps
+without a match still get the window and the pool.
 ``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
 ``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
 module, never the reverse).
