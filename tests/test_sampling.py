@@ -58,6 +58,9 @@ SPECULATIVE = {
     "la-4-2-4-window": ("lookahead", {"W": 4, "N": 2, "G": 4, "pool_from_prompt": False}),
     # prompt lookup's chain ranked before the pool's
     "la-1-3-2-lookup": ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_prompt": True, "prompt_lookup": 3}),
+    # capped at 4 tokens: a 3-token chain beside the window would be 5 or 6, so the window sits out
+    "la-1-3-2-lookup-cap": ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_prompt": True, "prompt_lookup": 3,
+                                          "step_tokens": 4}),
 }
 
 
