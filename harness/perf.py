@@ -221,6 +221,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="more pld settings to run beside pld(3,10) (e.g. 6,10: the suffix length lookahead's chain matches)")
     ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md}")
     args = ap.parse_args(argv)
+    # rows are grouped by method name, so a repeated setting would merge two methods' timings
+    shapes = [tuple(sorted(x.items())) for x in args.lookahead]
+    if (3, 10) in args.pld or len(set(args.pld)) < len(args.pld) or len(set(shapes)) < len(shapes):
+        ap.error("a --pld or --lookahead setting is given twice (pld 3,10 always runs); drop the repeat")
 
     bandwidth = read_bandwidth()
     report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args),

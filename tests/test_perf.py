@@ -68,3 +68,12 @@ def test_parse_shape_and_label():
     for bad in ("6", "6,10,1", "0,10", "a,10"):
         with pytest.raises(argparse.ArgumentTypeError, match="MAX_NGRAM,NUM_PRED"):
             parse_pld(bad)
+
+
+@pytest.mark.parametrize("argv", [["--pld", "3,10"], ["--pld", "6,10", "6,10"], ["--lookahead", "1,2,1", "1,2,1,0"]])
+def test_repeated_settings_are_refused_before_any_work(argv, capsys):
+    from harness.perf import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--tasks"])
+    assert exc.value.code == 2 and "given twice" in capsys.readouterr().err
