@@ -60,6 +60,7 @@ constexpr int NS1 = 4, NS2 = 4, NSM = 4, MT_MAX = 6;  // 1 row: 4 acc; 2 rows: 8
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr const char* ISA = "AVX2";
 constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2 rows: 8 (+4 weights); 6: 12 (+2)
+constexpr bool PREFETCH_BF16_ROW = true;  // see PREFETCH_BYTES
 #elif defined(CPU_CAPABILITY_SVE256) || defined(CPU_CAPABILITY_SVE)
 constexpr const char* ISA = "SVE";
 constexpr int NS1 = 4, NS2 = 4, NSM = 2, MT_MAX = 6;
@@ -71,6 +72,10 @@ constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 16 acc; 2 rows: 
 // row tiles in registers (10-15 GFLOP/s per core here) but not more (2-4 GFLOP/s), so 2-row tiles
 constexpr const char* ISA = "DEFAULT";
 constexpr int NS1 = 4, NS2 = 2, NSM = 2, MT_MAX = 2;
+#endif
+
+#if !defined(CPU_CAPABILITY_AVX2)
+constexpr bool PREFETCH_BF16_ROW = false;
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -92,7 +97,11 @@ inline Vec load_w(const bf16* p) {
 // with float32 weights, from 2 with bfloat16 (twice the weights per line). Measured on Zen 3 (AVX2, 2
 // threads, paired runs): 12-25% faster there; slower (up to 30%) at 1-2 float32 rows, where the loads
 // of 2-4 stripes at once already keep enough lines in flight. Not with 4 stripes at once (AVX-512's
-// subtiles; there GCC also runs out of registers for the addresses). 0 turns it off .
+// subtiles; there GCC also runs out of registers for the addresses). 0 turns it off. The AVX2 build also
+// prefetches in 1-row bfloat16 tiles (PREFETCH_BF16_ROW): on the EPYC with AVX2 forced, eight paired
+// `kernels.bench` runs put a forward's 1-row bf16 matmuls at 0.44-0.58x the float32 ones with it (median
+// 0.57x) and 0.61-0.74x without (median 0.66x); on AVX-512 the same change showed no consistent effect
+// (0.53-0.90x against 0.57-0.64x in six pairs), so it stays off there.
 constexpr int64_t PREFETCH_BYTES = 2048;
 
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
@@ -123,7 +132,8 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
     for (int s = 0; s < NS; ++s)
       for (int v = 0; v < SV; ++v) acc[m][s][v] = Vec(0.f);
   const int64_t stripe = K * SW;
-  constexpr bool PREFETCH = MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2;
+  constexpr bool PREFETCH =
+      (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     const uintptr_t pf = first && PREFETCH_BYTES > 0 ? uintptr_t(PREFETCH_BYTES) : 0;
@@ -262,6 +272,7 @@ pybind11::dict info() {
   d["block"] = BN;
   d["row_tile"] = MT_MAX;
   d["prefetch_bytes"] = PREFETCH_BYTES;
+  d["prefetch_bf16_row"] = PREFETCH_BF16_ROW;
   d["chunks_per_thread"] = CHUNKS_PER_THREAD;
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NSM * SW);  // columns per subtile: 1, 2, >=3 rows
   return d;
