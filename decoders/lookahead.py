@@ -66,7 +66,6 @@ def shape_label(shape: dict[str, Any]) -> str:
 class _LookaheadState:
     window: LookaheadWindow
     pool: NgramPool
-    window_fed: bool = True  # whether this step's forward holds the window
 
 
 @dataclass
@@ -125,7 +124,7 @@ class LookaheadDecoder(Decoder):
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
         prev = seq[-2] if len(seq) > 1 else None
         chains = state.pool.get(seq[-1], prev)
-        state.window_fed = True
+        window: LookaheadWindow | None = state.window
         if self.prompt_lookup:
             draft = lookup_continuation(seq, LOOKUP_NGRAM, self.prompt_lookup)
             if draft:
@@ -133,13 +132,12 @@ class LookaheadDecoder(Decoder):
                 # under a cap, the prompt-lookup chain is served before the window: a step that
                 # matched earlier text feeds pld's full draft rather than trimming it for a guess
                 if self.step_tokens is not None and 1 + len(draft) + state.window.size > self.step_tokens:
-                    state.window_fed = False
-        window = state.window if state.window_fed else None
+                    window = None
         room = None if self.step_tokens is None else self.step_tokens - 1 - (window.size if window else 0)
         return Proposal(DraftTree.from_chains(chains, room), window)
 
     def update(self, state: _LookaheadState, seq: list[int], out: StepOutput) -> None:
-        if state.window_fed:  # a step without the window leaves its trajectory where it was
+        if out.window_pred:  # empty when the step left the window out: its trajectory waits
             state.pool.add_all(state.window.advance(out.window_pred))
         if self.pool_from_output:  # every n-gram that ends in a newly accepted token
             n = self.text_n

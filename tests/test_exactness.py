@@ -169,14 +169,14 @@ def test_capped_prompt_lookup_chain_goes_before_the_window(tiny):
     dec = build_decoder("lookahead", W=2, N=3, G=2, prompt_lookup=6, step_tokens=7)
     state = dec.begin(prompt)
     first = dec.propose(state, list(prompt))
-    assert first.window is None and state.window_fed is False and len(first.tree) == 6  # pld's whole draft
+    assert first.window is None and len(first.tree) == 6  # pld's whole draft
     la = dec.generate(tiny, prompt, 30)
     assert la.tokens == pld.tokens == ref.tokens
     assert la.input_tokens[0] == pld.input_tokens[0] == 7 and la.accepted[0] == pld.accepted[0]
     assert max(la.input_tokens) <= 7
     unmatched = dec.begin([3, 4, 5, 6])  # the last token never occurred before: no prompt-lookup draft
     step = dec.propose(unmatched, [3, 4, 5, 6])
-    assert step.window is unmatched.window and unmatched.window_fed
+    assert step.window is unmatched.window
     levels = [list(lv) for lv in state.window.levels]
     dec.update(state, list(prompt) + [1], StepOutput(Verdict([1], []), [1], []))  # a step without the window
     assert state.window.levels == levels
