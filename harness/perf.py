@@ -97,6 +97,7 @@ def task_prompts(task_name: str, n: int, data_dir: str | None, tokenizer, max_pr
 
 
 TIMINGS = ("total_s", "prefill_s", "decode_s", "forward_s")
+BASE_PLD = (3, 10)  # (max_ngram, num_pred): pld's and transformers' defaults, always run
 
 
 def median_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,8 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     # rows are grouped by method name, so a repeated setting would merge two methods' timings
     shapes = [tuple(sorted(x.items())) for x in args.lookahead]
-    if (3, 10) in args.pld or len(set(args.pld)) < len(args.pld) or len(set(shapes)) < len(shapes):
-        ap.error("a --pld or --lookahead setting is given twice (pld 3,10 always runs); drop the repeat")
+    plds = [BASE_PLD, *args.pld]
+    if len(set(plds)) < len(plds) or len(set(shapes)) < len(shapes):
+        ap.error("a --pld or --lookahead setting is given twice (pld %d,%d always runs); drop the repeat" % BASE_PLD)
 
     bandwidth = read_bandwidth()
     report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args),
@@ -262,9 +264,8 @@ def main(argv: list[str] | None = None) -> None:
                     Method("transformers prompt lookup (10)", transformers_generate(backend, prompt_lookup_num_tokens=10)),
                 ]
             methods += [
-                Method("pld(max_ngram=3,num_pred=10)", ours(backend, build_decoder("pld", num_pred=10))),
                 *[Method(f"pld(max_ngram={m},num_pred={n})", ours(backend, build_decoder("pld", max_ngram=m, num_pred=n)))
-                  for m, n in args.pld],
+                  for m, n in plds],
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(f"lookahead auto{shape_label(shape)}+pools",
                        ours(backend, build_decoder("lookahead", **tuned.params))),
