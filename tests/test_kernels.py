@@ -105,7 +105,7 @@ def test_row_invariance(mod, n, k):
     _row_invariance(mod, mod.pack(w), n, torch.randn(300, k, generator=g))
 
 
-@pytest.mark.parametrize("k", [583, 576, 1, 2])  # odd and even K: bfloat16 rows are packed in pairs
+@pytest.mark.parametrize("k", [583, 576, 1, 2])  # odd and even K, and the shortest
 def test_bf16_weights(mod, k):
     g = torch.Generator().manual_seed(3)
     n = 300

@@ -60,7 +60,6 @@ constexpr int NS1 = 4, NS2 = 4, NSM = 4, MT_MAX = 6;  // 1 row: 4 acc; 2 rows: 8
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr const char* ISA = "AVX2";
 constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2 rows: 8 (+4 weights); 6: 12 (+2)
-constexpr bool PREFETCH_BF16_ROW = true;  // see PREFETCH_BYTES
 #elif defined(CPU_CAPABILITY_SVE256) || defined(CPU_CAPABILITY_SVE)
 constexpr const char* ISA = "SVE";
 constexpr int NS1 = 4, NS2 = 4, NSM = 2, MT_MAX = 6;
@@ -74,7 +73,9 @@ constexpr const char* ISA = "DEFAULT";
 constexpr int NS1 = 4, NS2 = 2, NSM = 2, MT_MAX = 2;
 #endif
 
-#if !defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX2)
+constexpr bool PREFETCH_BF16_ROW = true;  // see PREFETCH_BYTES
+#else
 constexpr bool PREFETCH_BF16_ROW = false;
 #endif
 
