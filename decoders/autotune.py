@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,36 +64,46 @@ CANDIDATES = (
 
 
 def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 7) -> dict[int, float]:
-    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries.
+    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries."""
+    return latency_curves([backend], ks, cache_len, reps)[0]
 
-    The sizes are measured round-robin (every k once per repetition, after one untimed round), so a
-    slow spell of the machine raises all of them alike instead of bending the curve; each timed
-    forward follows an untimed one of the same size.
+
+def latency_curves(backends: Sequence[Backend], ks=LATENCY_KS, cache_len: int = 300,
+                   reps: int = 7) -> list[dict[int, float]]:
+    """:func:`latency_curve` of each backend, measured interleaved: so ratios between them (bf16
+    weights against float32) are of one time window, not of two a minute apart on a drifting machine.
+
+    The sizes are measured round-robin (every k of every backend once per repetition, after one untimed
+    round), so a slow spell of the machine raises all of them alike instead of bending a curve; each
+    timed forward follows an untimed one of the same size on the same backend.
     """
     g = torch.Generator().manual_seed(0)
-    vocab = backend.shape.vocab
-    backend.reset(cache_len + max(ks) + 1)
-    prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
-    backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
-    backend.commit()
-    inputs = {}
-    for k in ks:
-        ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
-        pos = torch.arange(cache_len, cache_len + k, device=backend.device)
-        inputs[k] = (ids, pos, torch.ones(k, k, dtype=torch.bool, device=backend.device).tril())
-    times: dict[int, list[float]] = {k: [] for k in ks}
+    inputs: list[dict[int, tuple[torch.Tensor, ...]]] = []
+    for backend in backends:
+        vocab = backend.shape.vocab
+        backend.reset(cache_len + max(ks) + 1)
+        prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
+        backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
+        backend.commit()
+        inputs.append({})
+        for k in ks:
+            ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
+            pos = torch.arange(cache_len, cache_len + k, device=backend.device)
+            inputs[-1][k] = (ids, pos, torch.ones(k, k, dtype=torch.bool, device=backend.device).tril())
+    times: list[dict[int, list[float]]] = [{k: [] for k in ks} for _ in backends]
     for rep in range(reps + 1):
         for k in ks:
-            # an untimed forward of the same size first: decoding runs like-sized forwards back to
-            # back, while here the previous forward was another size (after k=64, k=1 read cold caches)
-            for timed in (False, True):
-                t0 = time.perf_counter()
-                backend.forward(*inputs[k])
-                backend.sync()
-                if rep and timed:  # round 0 is the warm-up
-                    times[k].append(time.perf_counter() - t0)
-                backend.commit([])  # forget the new entries
-    return {k: statistics.median(v) for k, v in times.items()}
+            for backend, ins, ts in zip(backends, inputs, times):
+                # an untimed forward of the same size first: decoding runs like-sized forwards back to
+                # back, while here the previous forward was another size (after k=64, k=1 read cold caches)
+                for timed in (False, True):
+                    t0 = time.perf_counter()
+                    backend.forward(*ins[k])
+                    backend.sync()
+                    if rep and timed:  # round 0 is the warm-up
+                        ts[k].append(time.perf_counter() - t0)
+                    backend.commit([])  # forget the new entries
+    return [{k: statistics.median(v) for k, v in ts.items()} for ts in times]
 
 
 def calibration_cache_len(prompts: list[list[int]], max_new_tokens: int) -> int:

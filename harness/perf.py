@@ -10,7 +10,10 @@
 0. The memory bound: this machine's read bandwidth (the fastest of 9 sums over a 512 MB buffer), the matmul weight bytes
    one step reads, and t(1) against bytes / bandwidth. Results go to ``<out>/<kernel variant or library>``
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
-1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries.
+1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
+   every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
+   is a ratio of one time window: measured one after the other, a shared machine's drift moved it by
+   0.1 (0.58-0.77x on one EPYC within an hour).
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
    ``prompt_lookup_num_tokens``), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from decoders.autotune import autotune, interp_latency, latency_curve
+from decoders.autotune import autotune, interp_latency, latency_curves
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
@@ -199,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--dtype", nargs="+", default=["float32", "bf16w"], choices=sorted(DTYPES))
+    ap.add_argument("--dtype", nargs="+", default=["float32", "bf16w"], choices=sorted(DTYPES),
+                    help="weight modes, all loaded at once (their latency curves are measured interleaved)")
     ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
                     help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
     ap.add_argument("--attn", default="auto", choices=ATTN_CHOICES,
@@ -227,20 +231,29 @@ def main(argv: list[str] | None = None) -> None:
     plds = [BASE_PLD, *args.pld]
     if len(set(plds)) < len(plds) or len(set(shapes)) < len(shapes):
         ap.error("a --pld or --lookahead setting is given twice (pld %d,%d always runs); drop the repeat" % BASE_PLD)
+    if len(set(args.dtype)) < len(args.dtype):
+        ap.error("a --dtype is given twice; drop the repeat")
 
     bandwidth = read_bandwidth()
     report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args),
                               "read_bandwidth_Bps": bandwidth, "runs": {}}
     text = []
     out_dir = None
-    for dtype in args.dtype:
-        backend = load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)
+    # every dtype loaded at once, so their latency curves are measured interleaved (see latency_curves)
+    backends = {dtype: load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)
+                for dtype in args.dtype}
+    curves = dict(zip(backends, latency_curves(list(backends.values()), cache_len=args.cache_len)))
+    for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
-        curve = latency_curve(backend, cache_len=args.cache_len)
+        curve = curves[dtype]
         line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
         head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
                 f"{backend.attention_path}; {args.model}, cache "
                 f"{args.cache_len}: {line}\n{memory_floor_line(backend, curve, bandwidth)}")
+        if dtype != args.dtype[0]:
+            first = args.dtype[0]
+            head += (f"\nt(1) {dtype} / t(1) {first} = {curve[1] / curves[first][1]:.2f}x "
+                     f"(the two curves measured interleaved)")
         print(head, flush=True)
         text.append(head)
         report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path,

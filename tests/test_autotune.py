@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, LATENCY_KS, autotune, calibration_cache_len, interp_latency, latency_curve
+from decoders.autotune import (
+    CANDIDATES, LATENCY_KS, autotune, calibration_cache_len, interp_latency, latency_curve, latency_curves,
+)
 from decoders.lookahead import SHAPE
+from tiny import tiny_backend
 
 
 def test_latency_curve_shape(tiny):
@@ -14,6 +17,33 @@ def test_latency_curve_shape(tiny):
     assert sorted(curve) == [1, 4, 16] and all(v > 0 for v in curve.values())
     assert tiny.length == 20  # the probe forwards left no entries behind
     assert interp_latency({1: 1.0, 3: 3.0}, 2) == pytest.approx(2.0)
+
+
+class Recording:
+    """A backend that logs which of several backends each forward ran on, and its size."""
+
+    def __init__(self, backend, name: str, log: list) -> None:
+        self.backend, self.name, self.log = backend, name, log
+
+    def forward(self, input_ids, *args, **kw):
+        self.log.append((self.name, int(input_ids.shape[0])))
+        return self.backend.forward(input_ids, *args, **kw)
+
+    def __getattr__(self, attr):
+        return getattr(self.backend, attr)
+
+
+def test_latency_curves_interleave_the_backends(tiny):
+    """Each size runs on every backend in turn (untimed then timed), so a drifting machine moves all
+    curves alike and their ratio (bf16w against float32) is of one time window."""
+    log: list[tuple[str, int]] = []
+    a, b = Recording(tiny, "a", log), Recording(tiny_backend(1), "b", log)
+    curves = latency_curves([a, b], ks=(1, 4), cache_len=10, reps=2)
+    assert [sorted(c) for c in curves] == [[1, 4], [1, 4]] and all(v > 0 for c in curves for v in c.values())
+    assert log[:2] == [("a", 10), ("b", 10)]  # the prefixes
+    rounds = [("a", 1), ("a", 1), ("b", 1), ("b", 1), ("a", 4), ("a", 4), ("b", 4), ("b", 4)]
+    assert log[2:] == rounds * 3  # the warm-up round and two timed ones
+    assert tiny.length == 10 and b.length == 10
 
 
 def test_autotune_maximises_predicted_speedup(tiny):

@@ -70,7 +70,8 @@ def test_parse_shape_and_label():
             parse_pld(bad)
 
 
-@pytest.mark.parametrize("argv", [["--pld", "3,10"], ["--pld", "6,10", "6,10"], ["--lookahead", "1,2,1", "1,2,1,0"]])
+@pytest.mark.parametrize("argv", [["--pld", "3,10"], ["--pld", "6,10", "6,10"], ["--lookahead", "1,2,1", "1,2,1,0"],
+                                  ["--dtype", "float32", "float32"]])
 def test_repeated_settings_are_refused_before_any_work(argv, capsys):
     from harness.perf import main
 
