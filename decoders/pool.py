@@ -11,8 +11,8 @@ Why: keyed by one token, a frequent key (a space, a newline, ``(``) holds whiche
 one token of context picks the one that continues *this* phrase, as prompt lookup's longer suffix match
 does, at no extra tokens per step.
 
-:func:`lookup_continuation` is prompt lookup's draft (Saxena 2023), used by ``pld`` and, as one more
-ranked chain, by lookahead's ``prompt_lookup``.
+:func:`lookup_continuation` is prompt lookup's draft (Saxena 2023), used by ``pld``; lookahead's
+``prompt_lookup`` takes it with its match length (:func:`lookup_match`) to rank it among the pool's.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ class NgramPool:
         return sum(len(c) for c in self._by_key.values())
 
 
-def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
-    """Tokens that followed the first earlier occurrence of seq's longest matching suffix n-gram."""
+def lookup_match(seq: list[int], max_ngram: int, num_pred: int) -> tuple[int, list[int]]:
+    """(n, tokens): the tokens that followed the first earlier occurrence of seq's longest matching suffix
+    n-gram (of n <= max_ngram tokens); (0, []) when not even the last token occurred before."""
     n_seq = len(seq)
     for n in range(min(max_ngram, n_seq - 1), 0, -1):
         suffix = seq[n_seq - n :]
@@ -84,5 +85,10 @@ def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[i
             if seq[start] == first and seq[start : start + n] == suffix:
                 cont = seq[start + n : start + n + num_pred]
                 if cont:
-                    return cont
-    return []
+                    return n, cont
+    return 0, []
+
+
+def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
+    """Tokens that followed the first earlier occurrence of seq's longest matching suffix n-gram."""
+    return lookup_match(seq, max_ngram, num_pred)[1]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from decoders import build_decoder
 from decoders.base import StepOutput
 from decoders.lookahead import LOOKUP_NGRAM
+from decoders.pool import lookup_match
 from decoders.tree import Verdict
 from tiny import TINY_EOS, TINY_VOCAB
 
@@ -180,6 +181,26 @@ def test_capped_prompt_lookup_chain_goes_before_the_window(tiny):
     levels = [list(lv) for lv in state.window.levels]
     dec.update(state, list(prompt) + [1], StepOutput(Verdict([1], []), [1], []))  # a step without the window
     assert state.window.levels == levels
+
+
+def test_weak_prompt_lookup_match_ranks_after_the_pool(tiny):
+    """A draft matched on the last token alone ranks after the pool's chains and leaves the window in;
+    one matched on two or more tokens goes first and, under the cap, feeds alone."""
+    dec = build_decoder("lookahead", W=2, N=3, G=2, text_ngram=3, prompt_lookup=5, step_tokens=7)
+    weak = [5, 1, 2, 8, 5, 3, 4, 9, 6, 5]  # (6, 5) never occurred: the match is 5 alone
+    assert lookup_match(weak, LOOKUP_NGRAM, 5) == (1, [1, 2, 8, 5, 3])
+    state = dec.begin(weak)
+    step = dec.propose(state, weak)
+    assert step.window is state.window and state.window.size == 2  # one level so far: room for 4 nodes
+    # the pool's newest n-gram (5, 3, 4) first, then (5, 1, 2); the draft (1, 2, 8, ...) is cut
+    assert step.tree.tokens == [3, 4, 1, 2]
+    strong = [6, *weak]  # now (6, 5) occurred at the start
+    assert lookup_match(strong, LOOKUP_NGRAM, 5) == (2, [1, 2, 8, 5, 3])
+    state = dec.begin(strong)
+    step = dec.propose(state, strong)  # 1 + 5 + 2 window tokens pass the cap: the window sits out
+    assert step.window is None and step.tree.tokens == [1, 2, 8, 5, 3, 3]
+    ref = build_decoder("ar").generate(tiny, weak, 24).tokens
+    assert dec.generate(tiny, weak, 24).tokens == ref
 
 
 def test_draft_tree_node_cap():

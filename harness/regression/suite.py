@@ -78,6 +78,10 @@ def suite_configs() -> list[SuiteConfig]:
         SuiteConfig.of("lookahead(N=3,W=1,G=3,text_ngram=7,step_tokens=8)+prompt+output+context", "lookahead",
                        N=3, W=1, G=3, pool_from_prompt=True, pool_from_output=True, pool_context=True,
                        text_ngram=7, step_tokens=8),
+        # the tuner's shape for code on a CPU: prompt lookup's chain first on a match, the window otherwise
+        SuiteConfig.of("lookahead(N=2,W=1,G=1,text_ngram=7,step_tokens=11,prompt_lookup=10)+prompt+output+context",
+                       "lookahead", N=2, W=1, G=1, pool_from_prompt=True, pool_from_output=True, pool_context=True,
+                       text_ngram=7, step_tokens=11, prompt_lookup=10),
     ]
 
 
