@@ -138,9 +138,10 @@ def test_suite_definition():
     assert len(configs) == len(suite_configs())  # labels are unique baseline keys
     la = [c.build() for c in configs.values() if c.decoder == "lookahead"]
     assert [(d.N, d.W, d.G, d.pool_from_prompt, d.pool_from_output, d.pool_context, d.text_ngram,
-             d.step_tokens) for d in la] == [
-        (5, 7, 7, False, False, False, None, None), (5, 15, 15, True, False, False, None, None),
-        (5, 1, 1, True, True, True, None, None), (3, 1, 3, True, True, True, 7, 8),
+             d.step_tokens, d.prompt_lookup) for d in la] == [
+        (5, 7, 7, False, False, False, None, None, None), (5, 15, 15, True, False, False, None, None, None),
+        (5, 1, 1, True, True, True, None, None, None), (3, 1, 3, True, True, True, 7, 8, None),
+        (2, 1, 1, True, True, True, 7, 11, 10),
     ]
     assert DEFAULT_TOLERANCE == 0.02
 
