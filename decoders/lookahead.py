@@ -21,12 +21,13 @@ cap at the end of a step keeps every forward on the cheaper side of it while G >
 over prompt + output, continued for ``prompt_lookup`` tokens) as the first ranked chain, matching up to
 ``LOOKUP_NGRAM`` = 6 tokens where ``pld`` defaults to 3. Why: the pool holds n-grams of one length keyed
 by one or two tokens, so on code, where the model copies long spans, ``pld``'s longer match and longer
-draft accept more per step; with this chain lookahead's draft set contains that of ``pld`` at the same
-suffix length, and the window and pool add to it. Under a ``step_tokens`` cap a draft that would not fit
-beside the window is fed whole and the window sits that step out (its trajectory waits): a step that
-matched earlier text then costs what ``pld``'s does instead of trimming its draft for a guess, and steps
-without a match still get the window and the pool. A draft matched on the last token alone ranks after
-the pool's chains and leaves the window in (``LOOKUP_MIN_MATCH``).
+draft accept more per step. Under a ``step_tokens`` cap a draft that would not fit beside the window is
+fed whole and the window sits that step out (its trajectory waits): a step that matched earlier text
+then costs what ``pld``'s does instead of trimming its draft for a guess, and steps without a match
+still get the window and the pool. A draft matched on the last token alone is a weak guess: it ranks
+after the pool's chains (which a cap may then cut it for) and leaves the window in
+(``LOOKUP_MIN_MATCH``). So wherever ``pld``'s draft rests on two or more matched tokens, lookahead's
+draft set contains it (at the same suffix length), and the window and pool add to it.
 ``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
 ``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
 module, never the reverse).
