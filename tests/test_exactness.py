@@ -203,6 +203,26 @@ def test_weak_prompt_lookup_match_ranks_after_the_pool(tiny):
     assert dec.generate(tiny, weak, 24).tokens == ref
 
 
+def test_matched_prompt_lookup_draft_passes_a_smaller_cap(tiny):
+    """With the chain, ``step_tokens`` caps the steps without a strong match: a matched draft is fed
+    whole (pld's own step, 1 + prompt_lookup tokens) past a smaller cap, a weak one stays within it."""
+    dec = build_decoder("lookahead", W=2, N=3, G=2, text_ngram=3, prompt_lookup=8, step_tokens=6)
+    assert dec.max_step_tokens() == 9
+    strong = [6, 5, 1, 2, 8, 5, 3, 4, 9, 6, 5]
+    state = dec.begin(strong)
+    step = dec.propose(state, strong)
+    assert step.window is None and step.tree.tokens == [1, 2, 8, 5, 3, 4, 9, 6]  # 9 tokens with the root
+    weak = strong[1:]  # (6, 5) unmatched: the cap holds, root + 2 window tokens + 3 nodes
+    state = dec.begin(weak)
+    step = dec.propose(state, weak)
+    assert step.window is state.window and step.tree.tokens == [3, 4, 1]
+    base = [7, 8, 9, 10, 11] * 4
+    prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens
+    res = dec.generate(tiny, prompt, 30)
+    assert res.tokens == build_decoder("ar").generate(tiny, prompt, 30).tokens
+    assert max(res.input_tokens) == dec.max_step_tokens() and res.accepted[0] == 9  # pld's whole step
+
+
 def test_draft_tree_node_cap():
     from decoders.tree import DraftTree
 
