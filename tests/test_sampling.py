@@ -61,6 +61,9 @@ SPECULATIVE = {
     # capped at 4 tokens: a 3-token chain beside the window would be 5 or 6, so the window sits out
     "la-1-3-2-lookup-cap": ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_prompt": True, "prompt_lookup": 3,
                                           "step_tokens": 4}),
+    # a 4-token chain passes that cap (5 tokens, pld's step); steps without a strong match stay within it
+    "la-1-3-2-lookup-past-cap": ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_prompt": True,
+                                               "prompt_lookup": 4, "step_tokens": 4}),
 }
 
 
