@@ -12,8 +12,8 @@
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
-   is a ratio of one time window: measured one after the other, a shared machine's drift moved it by
-   0.1 (0.58-0.77x on one EPYC within an hour).
+   is a ratio of one time window: measured one after the other, a shared machine's drift moved it
+   between 0.58x and 0.77x on one EPYC within an hour.
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
    ``prompt_lookup_num_tokens``), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
