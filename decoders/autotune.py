@@ -44,10 +44,11 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the kernel's
 # 6-row tiles (a cap that is not below a step on some machine simply loses).
 # The last eight carry prompt lookup's draft (prompt_lookup=10, pld's default) as their first chain, so the
-# tuner can pick pld's own draft where it pays (code). In the capped ones a step whose text matched feeds
-# pld's draft alone (the window sits out), and one without a match feeds the window and pool n-grams (of N=2, one token,
-# or of 7 tokens from the text) where pld would feed the root alone: up to 11 tokens (pld's own step), or
-# 6, which keeps those guesses on the cheap side of t(k) (see decoders/lookahead.py).
+# tuner can pick pld's own draft where it pays (code). In the capped ones a step whose text matched
+# feeds pld's draft alone (the window sits out), and one without a match feeds the window and pool
+# n-grams (of N=2, one token, or of 7 tokens from the text) where pld would feed the root alone: up to
+# 11 tokens (pld's own step), or 6, which keeps those guesses on the cheap side of t(k) (see
+# decoders/lookahead.py).
 # Until 2026-12-02 prompt-lookup shapes were left out: on Zen 3
 # (AVX2, sdpa attention) one screened best on an XSum prompt (S 4.0 at 11 tokens a step) and then ran at
 # 0.92x `ar`, priced on a curve measured at 300 cache entries against XSum's ~1000-token prompts; the
