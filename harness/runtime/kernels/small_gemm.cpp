@@ -53,10 +53,16 @@ static_assert(SW % VS == 0, "a stripe must be a whole number of vectors");
 // Column subtiles (stripes handled together) by row count; all divide NSB. Chosen so that the
 // accumulators (rows x stripes x SV), the weights of one k (stripes x SV) and a broadcast fit the
 // register file: 16 registers on AVX2 / x86 generic, 32 on AVX-512 and aarch64.
-// From 3 rows on, row tiles of up to MT_MAX rows against NSM stripes.
+// From 3 rows on, row tiles of up to MT_MAX rows against NSM stripes. AVX-512 takes 12 rows x 2
+// stripes, so a lookahead step (3-12 rows) is one row tile: each weight line is loaded once, with all
+// rows' FMAs hidden under the stream. Against 6 rows x 4 stripes (two tiles from 7 rows on, the second
+// re-reading the block from L2), interleaved `kernels.bench`-style A/B runs on the EPYC (2026-12-02) put
+// a forward's matmuls at 0.88-0.95x for 3-6 rows and 0.76-0.95x for 7-32 rows, in float32 and bfloat16;
+// 24 rows x 1 stripe was 2x slower (register spills), 1-2 rows stay at 4 stripes. AVX2's register
+// file holds no wider tile (12 rows x half a stripe ran 1.1-1.6x slower).
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
-constexpr int NS1 = 4, NS2 = 4, NSM = 4, MT_MAX = 6;  // 1 row: 4 acc; 2 rows: 8; 6 rows: 24 (+4 weights)
+constexpr int NS1 = 4, NS2 = 4, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr const char* ISA = "AVX2";
 constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2 rows: 8 (+4 weights); 6: 12 (+2)
@@ -125,9 +131,10 @@ inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk
 }
 
 // One tile: MT rows (x: row stride K) x NS stripes (w: the first, stripes K*SW elements apart), all k,
-// written to y (row stride ldy; `cols` valid columns from the tile's first)
+// written to y (row stride ldy; `cols` valid columns from the tile's first); where the shape prefetches,
+// each weight line read is prefetched again `pf` bytes further on (0: the line itself, a no-op)
 template <typename T, int MT, int NS>
-inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, bool first) {
+inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, uintptr_t pf) {
   Vec acc[MT][NS][SV];
   for (int m = 0; m < MT; ++m)
     for (int s = 0; s < NS; ++s)
@@ -137,7 +144,6 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
       (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
-    const uintptr_t pf = first && PREFETCH_BYTES > 0 ? uintptr_t(PREFETCH_BYTES) : 0;
     for (int64_t k = 0; k < K; ++k) {
       for (int s = 0; s < NS; ++s)
         SG_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + s * stripe + k * SW) + pf));
@@ -162,29 +168,34 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
 
 // MT rows against a block's stripes, NS at a time (cols valid columns from the block's first)
 template <typename T, int MT, int NS>
-inline void tile_block(const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, bool first) {
+inline void tile_block(const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, uintptr_t pf) {
   for (int64_t s0 = 0; s0 < NSB && cols > s0 * SW; s0 += NS)
-    tile<T, MT, NS>(x, K, wb + s0 * K * SW, y + s0 * SW, ldy, cols - s0 * SW, first);
+    tile<T, MT, NS>(x, K, wb + s0 * K * SW, y + s0 * SW, ldy, cols - s0 * SW, pf);
 }
 
 // A row tile of mt <= MT rows (one instantiation per row count)
 template <typename T, int NS, int MT>
 inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols,
-                      bool first) {
+                      uintptr_t pf) {
   if constexpr (MT > 1) {
-    if (mt < MT) return rows_tile<T, NS, MT - 1>(mt, x, K, wb, y, ldy, cols, first);
+    if (mt < MT) return rows_tile<T, NS, MT - 1>(mt, x, K, wb, y, ldy, cols, pf);
   }
-  tile_block<T, MT, NS>(x, K, wb, y, ldy, cols, first);
+  tile_block<T, MT, NS>(x, K, wb, y, ldy, cols, pf);
 }
 
 // One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2);
-// the first streams the block from memory, the later ones find it in L2.
+// the first streams the block from memory (prefetching PREFETCH_BYTES ahead where the tile shape
+// wants it), the later ones find it in L2, and the last of those prefetches the next block of the
+// thread's run (`next`) line for line as it reads this one, so memory is busy while they compute:
+// measured 0.89-0.95x for 7-32 rows on AVX2 (A/B, EPYC), 0.88-0.98x for 13-32 rows on AVX-512.
 template <typename T, int NS, int MT>
-void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols) {
+void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, bool next) {
   const int64_t tiles = (M + MT - 1) / MT;
+  const uintptr_t block_bytes = uintptr_t(NSB * K * SW * sizeof(T));
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
-    rows_tile<T, NS, MT>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, t == 0);
+    const uintptr_t pf = t == 0 ? uintptr_t(PREFETCH_BYTES) : t == tiles - 1 && next ? block_bytes : 0;
+    rows_tile<T, NS, MT>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, pf);
     m0 += mt;
   }
 }
@@ -200,12 +211,13 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
     const T* wb = w + nb * NSB * K * SW;
     float* yb = y + nb * BN;
     const int64_t cols = std::min<int64_t>(BN, n_out - nb * BN);
+    const bool next = nb + 1 < b1;
     if (M == 1)
-      block<T, NS1, 1>(x, M, K, wb, yb, n_out, cols);
+      block<T, NS1, 1>(x, M, K, wb, yb, n_out, cols, next);
     else if (M == 2)
-      block<T, NS2, 2>(x, M, K, wb, yb, n_out, cols);
+      block<T, NS2, 2>(x, M, K, wb, yb, n_out, cols, next);
     else
-      block<T, NSM, MT_MAX>(x, M, K, wb, yb, n_out, cols);
+      block<T, NSM, MT_MAX>(x, M, K, wb, yb, n_out, cols, next);
   }
 }
 
