@@ -42,6 +42,7 @@
 namespace {
 
 using Vec = at::vec::Vectorized<float>;
+using IVec = at::vec::Vectorized<int32_t>;
 using bf16 = c10::BFloat16;
 
 constexpr int64_t VS = Vec::size();        // floats per vector: 16 AVX-512, 8 AVX2/generic, 4 NEON
@@ -50,6 +51,22 @@ constexpr int64_t NSB = 4;                 // stripes per block
 constexpr int64_t BN = SW * NSB;           // columns per block, the unit of work of a thread
 constexpr int64_t SV = SW / VS > 0 ? SW / VS : 1;  // vectors per stripe
 static_assert(SW % VS == 0, "a stripe must be a whole number of vectors");
+static_assert(IVec::size() == VS, "bfloat16 pairs are unpacked from int32 lanes");
+// PAIRED (x86 AVX2/AVX-512): bfloat16 weights are stored in stripes of UWB columns, each k row of each
+// 2*VS columns interleaved so that one VS-lane int32 load holds two vectors: lane j = column j (low
+// half) and column VS + j (high half), unpacked exactly by a shift and a mask. Against at::vec's
+// widening load (a cross-lane shuffle per vector), interleaved A/B runs on the EPYC put a forward's
+// 1-row bf16 matmuls at 0.88x with AVX-512 (neutral with AVX2). Elsewhere (generic arrays, NEON: not
+// measured or slower) the stripes are float32's, widened by at::vec::load_fp32_from_bf16.
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+constexpr bool PAIRED = true;
+#else
+constexpr bool PAIRED = false;
+#endif
+constexpr int64_t UWB = PAIRED && 2 * VS > SW ? 2 * VS : SW;  // 32 columns on AVX-512, else 16 (a stripe)
+static_assert(BN % UWB == 0 && UWB % (2 * VS) == 0, "bfloat16 stripes must tile a block");
+template <typename T>
+constexpr int64_t UW = sizeof(T) == 2 ? UWB : SW;  // columns per stored stripe of T
 // Column subtiles (stripes handled together) by row count; all divide NSB. Chosen so that the
 // accumulators (rows x stripes x SV), the weights of one k (stripes x SV) and a broadcast fit the
 // register file: 16 registers on AVX2 / x86 generic, 32 on AVX-512 and aarch64.
@@ -91,12 +108,36 @@ constexpr bool PREFETCH_BF16_ROW = false;
 #define SG_PREFETCH(p) ((void)0)
 #endif
 
-// Weight loads: one vector of VS floats from float32 or bfloat16 (exact widening)
+// One weight vector of VS floats from float32, or from bfloat16 in float32's stripes (exact widening)
 inline Vec load_w(const float* p) { return Vec::loadu(p); }
 inline Vec load_w(const bf16* p) {
   Vec out;
   at::vec::load_fp32_from_bf16(p, out);
   return out;
+}
+
+// Weight row k of a tile's NS stripes (wk: its first stripe's row k; stored stripes `stripe` elements
+// apart) as float32 vectors: wv[s][v] holds columns s * SW + v * VS ... + VS - 1 of the tile
+template <int NS>
+inline void load_row(Vec (&wv)[NS][SV], const float* wk, int64_t stripe) {
+  for (int s = 0; s < NS; ++s)
+    for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + s * stripe + v * VS);
+}
+template <int NS>
+inline void load_row(Vec (&wv)[NS][SV], const bf16* wk, int64_t stripe) {
+  if constexpr (PAIRED) {
+    static_assert((NS * SV) % 2 == 0 && (NS * SW) % UWB == 0, "bfloat16 tiles take whole pairs and stripes");
+    const IVec shift(16), high(int32_t(0xFFFF0000u));
+    for (int q = 0; q < NS * SV / 2; ++q) {  // vectors 2q and 2q + 1 from one load: exact float32 values
+      const int64_t c = q * 2 * VS;  // the pair's first column in the tile
+      const IVec raw = IVec::loadu(wk + (c / UWB) * stripe + c % UWB);
+      wv[2 * q / SV][2 * q % SV] = at::vec::cast<float>(raw << shift);
+      wv[(2 * q + 1) / SV][(2 * q + 1) % SV] = at::vec::cast<float>(raw & high);
+    }
+  } else {
+    for (int s = 0; s < NS; ++s)
+      for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + s * stripe + v * VS);
+  }
 }
 
 // Software prefetch, this many bytes ahead in each stripe, in the first row tile of a block (the one
@@ -114,14 +155,13 @@ constexpr int64_t PREFETCH_BYTES = 2048;
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
 inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe) {
-  if constexpr (MT == 1) {  // each weight vector used once: load it next to its FMA (no register pressure)
+  if constexpr (MT == 1 && (sizeof(T) == 4 || !PAIRED)) {  // each weight vector used once: load it by its FMA
     const Vec xb(xk[0]);
     for (int s = 0; s < NS; ++s)
       for (int v = 0; v < SV; ++v) acc[0][s][v] = at::vec::fmadd(xb, load_w(wk + s * stripe + v * VS), acc[0][s][v]);
   } else {
     Vec wv[NS][SV];
-    for (int s = 0; s < NS; ++s)
-      for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + s * stripe + v * VS);
+    load_row<NS>(wv, wk, stripe);
     for (int m = 0; m < MT; ++m) {
       const Vec xb(xk[m * K]);
       for (int s = 0; s < NS; ++s)
@@ -130,7 +170,7 @@ inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk
   }
 }
 
-// One tile: MT rows (x: row stride K) x NS stripes (w: the first, stripes K*SW elements apart), all k,
+// One tile: MT rows (x: row stride K) x NS stripes (w: the first, stored stripes K*UW elements apart), all k,
 // written to y (row stride ldy; `cols` valid columns from the tile's first); where the shape prefetches,
 // each weight line read is prefetched again `pf` bytes further on (0: the line itself, a no-op)
 template <typename T, int MT, int NS>
@@ -139,18 +179,19 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
   for (int m = 0; m < MT; ++m)
     for (int s = 0; s < NS; ++s)
       for (int v = 0; v < SV; ++v) acc[m][s][v] = Vec(0.f);
-  const int64_t stripe = K * SW;
+  constexpr int64_t U = UW<T>, NST = NS * SW / U;  // stored stripes of the tile
+  const int64_t stripe = K * U;
   constexpr bool PREFETCH =
       (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     for (int64_t k = 0; k < K; ++k) {
-      for (int s = 0; s < NS; ++s)
-        SG_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + s * stripe + k * SW) + pf));
-      step<T, MT, NS>(acc, x + k, K, w + k * SW, stripe);
+      for (int s = 0; s < NST; ++s)
+        SG_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + s * stripe + k * U) + pf));
+      step<T, MT, NS>(acc, x + k, K, w + k * U, stripe);
     }
   } else {
-    for (int64_t k = 0; k < K; ++k) step<T, MT, NS>(acc, x + k, K, w + k * SW, stripe);
+    for (int64_t k = 0; k < K; ++k) step<T, MT, NS>(acc, x + k, K, w + k * U, stripe);
   }
   if (cols >= NS * SW) {
     for (int m = 0; m < MT; ++m)
@@ -239,8 +280,9 @@ void run(const float* x, int64_t M, int64_t K, const T* w, int64_t NB, float* y,
 
 }  // namespace
 
-// W [N, K] float32 (or bfloat16) -> [ceil(N/64)*4, K, 16] stripes, zero-padded to whole blocks; bfloat16
-// (round to nearest even) when bf16, else float32.
+// W [N, K] float32 (or bfloat16) -> stripes zero-padded to whole blocks: float32 [ceil(N/64)*4, K, 16];
+// bfloat16 (round to nearest even) when bf16: [ceil(N/64)*64/UWB, K, UWB], each k row's 2*VS columns
+// interleaved as load_row reads them (so the layout is this build's: pack and linear with one module).
 at::Tensor pack(at::Tensor w, bool bf16_weights) {
   TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16),
               "pack: float32 or bfloat16 [out, in] weight expected");
@@ -249,16 +291,20 @@ at::Tensor pack(at::Tensor w, bool bf16_weights) {
   const int64_t N = w.size(0), K = w.size(1), NB = (N + BN - 1) / BN;
   auto wp = at::zeros({NB * BN, K}, w.options());
   wp.narrow(0, 0, N).copy_(w);
-  return wp.view({NB * NSB, SW, K}).transpose(1, 2).contiguous();
+  if (!bf16_weights || !PAIRED) return wp.view({NB * NSB, SW, K}).transpose(1, 2).contiguous();
+  const int64_t S = NB * BN / UWB;  // [S, K, pairs, 2, VS] -> [S, K, pairs, VS, 2]: column h * VS + j at 2j + h
+  return wp.view({S, UWB, K}).transpose(1, 2).reshape({S, K, UWB / (2 * VS), 2, VS}).transpose(3, 4).contiguous()
+      .view({S, K, UWB});
 }
 
 // x [M, K] contiguous float32, wp from pack(): -> [M, n_out] float32
 at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
               "linear: contiguous float32 CPU [rows, in] input expected");
-  TORCH_CHECK(wp.dim() == 3 && wp.is_contiguous() && wp.size(2) == SW && wp.size(0) % NSB == 0,
-              "linear: weight not from pack()");
-  const int64_t M = x.size(0), K = x.size(1), NB = wp.size(0) / NSB;
+  const int64_t U = wp.scalar_type() == at::kBFloat16 ? UWB : SW;
+  TORCH_CHECK(wp.dim() == 3 && wp.is_contiguous() && wp.size(2) == U && (wp.size(0) * U) % BN == 0,
+              "linear: weight not from this build's pack()");
+  const int64_t M = x.size(0), K = x.size(1), NB = wp.size(0) * U / BN;
   TORCH_CHECK(wp.size(1) == K, "linear: packed weight has ", wp.size(1), " inputs, x has ", K);
   TORCH_CHECK(n_out >= 0 && n_out <= NB * BN, "linear: n_out ", n_out, " exceeds the packed weight's ", NB * BN,
               " columns");
@@ -282,6 +328,7 @@ pybind11::dict info() {
   d["isa"] = ISA;
   d["vector_floats"] = VS;
   d["stripe"] = SW;
+  d["bf16_stripe"] = UWB;
   d["block"] = BN;
   d["row_tile"] = MT_MAX;
   d["prefetch_bytes"] = PREFETCH_BYTES;
