@@ -43,7 +43,7 @@ class Projection:
     weight: torch.Tensor | None = None  # [out, in], the linears' weights concatenated (oneDNN float32)
     packed: torch.Tensor | None = None  # the same, oneDNN-packed
     bias: torch.Tensor | None = None  # [out], with the packed and kernel paths
-    small: torch.Tensor | None = None  # [ceil(out/64)*4, in, 16] column stripes, packed for our kernel
+    small: torch.Tensor | None = None  # column stripes packed for our kernel (float32 [ceil(out/64)*4, in, 16])
     kernel: Any = None  # the compiled module that reads ``small``
 
     @classmethod

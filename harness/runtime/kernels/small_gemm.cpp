@@ -51,12 +51,11 @@ constexpr int64_t NSB = 4;                 // stripes per block
 constexpr int64_t BN = SW * NSB;           // columns per block, the unit of work of a thread
 constexpr int64_t SV = SW / VS > 0 ? SW / VS : 1;  // vectors per stripe
 static_assert(SW % VS == 0, "a stripe must be a whole number of vectors");
-static_assert(IVec::size() == VS, "bfloat16 pairs are unpacked from int32 lanes");
 // PAIRED (x86 AVX2/AVX-512): bfloat16 weights are stored in stripes of UWB columns, each k row of each
 // 2*VS columns interleaved so that one VS-lane int32 load holds two vectors: lane j = column j (low
 // half) and column VS + j (high half), unpacked exactly by a shift and a mask. Against at::vec's
 // widening load (a cross-lane shuffle per vector), interleaved A/B runs on the EPYC put a forward's
-// 1-row bf16 matmuls at 0.88x with AVX-512 (neutral with AVX2). Elsewhere (generic arrays, NEON: not
+// 1-row bf16 matmuls at 0.88-0.95x with AVX-512 (neutral with AVX2). Elsewhere (generic arrays, NEON: not
 // measured or slower) the stripes are float32's, widened by at::vec::load_fp32_from_bf16.
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 constexpr bool PAIRED = true;
@@ -64,6 +63,7 @@ constexpr bool PAIRED = true;
 constexpr bool PAIRED = false;
 #endif
 constexpr int64_t UWB = PAIRED && 2 * VS > SW ? 2 * VS : SW;  // 32 columns on AVX-512, else 16 (a stripe)
+static_assert(!PAIRED || IVec::size() == VS, "bfloat16 pairs are unpacked from int32 lanes");
 static_assert(BN % UWB == 0 && UWB % (2 * VS) == 0, "bfloat16 stripes must tile a block");
 template <typename T>
 constexpr int64_t UW = sizeof(T) == 2 ? UWB : SW;  // columns per stored stripe of T
