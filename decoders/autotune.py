@@ -7,7 +7,8 @@ latency curve t(k) on the backend after as many cache entries as the calibration
 (the median prompt plus half the generation: a step's attention grows with the cache, so a curve
 measured on a short cache undercharges large steps on long prompts), run each candidate on calibration prompts (greedy; a short screening
 run of every candidate, then the best few at the job's length, see SCREEN_TOKENS), and predict its
-speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best. Why the sum and not
+speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best (of near-ties, the one
+feeding the fewest tokens a step: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
 CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
 reported beside what the full run then measures.
@@ -36,13 +37,23 @@ if TYPE_CHECKING:
 # every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
 FINALISTS = 4
+# Finalists predicted within this fraction of the best are a tie, and the tie goes to the one feeding the
+# fewest tokens a step. Why: a prediction is S on two prompts times one latency curve, and both move
+# more than that. On the EPYC the cost of a 12-token step drifted from 1.27x to 1.63x t(1) between two
+# curves minutes apart (the VM's memory bandwidth swings, and extra rows cost compute that a faster
+# memory does not hide), and a shape's S differs between calibration and measured prompts. A smaller
+# step loses less when rows turn dear. Measured 2026-12-02 (AVX-512, 3 rounds): picks made on a 1-3%
+# margin ran HumanEval at 2.66x `ar` (pld 2.78x) with (1,2,1,t7,cap12,pl10), 9.1 tokens a step, where
+# the cap-6 shape 1% behind had run 2.11x against pld's 2.05x in the run before; GSM8K 1.13x (pld 1.16x)
+# with (1,3,1,t10) where (1,2,3,t7,cap6), 3.5% behind, ran 1.51x (pld 1.34x).
+TIE = 0.05
 # fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
 # another tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # SHAPE tuples, from small steps to large. On a CPU, where t(k) grows early, the small ones win; on a
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
-# pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the kernel's
-# 6-row tiles (a cap that is not below a step on some machine simply loses).
+# pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the AVX2 kernel's
+# 6-row tiles (a cap that is not below a step on some machine simply loses; AVX-512's tiles hold 12).
 # The last eight carry prompt lookup's draft (prompt_lookup=10, pld's default) as their first chain, so the
 # tuner can pick pld's own draft where it pays (code). In the capped ones a step whose text matched
 # feeds pld's draft alone (the window sits out), and one without a match feeds the window and pool
@@ -182,10 +193,18 @@ def autotune(
         {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, {k: r[k] for k in SHAPE})}
         for r in best_screened
     ]
-    best = max(final, key=lambda r: r["predicted"])
+    best = choose(final)
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
                  cache_len=cache_len)
+
+
+def choose(rows: list[dict[str, Any]], tie: float = TIE) -> dict[str, Any]:
+    """The calibration row to keep: of those predicted within ``tie`` of the best, the one with the
+    fewest tokens a step (then the best predicted)."""
+    top = max(r["predicted"] for r in rows)
+    near = [r for r in rows if r["predicted"] >= (1 - tie) * top]
+    return min(near, key=lambda r: (r["k_mean"], -r["predicted"]))
 
 
 class AutoTunedLookahead(LookaheadDecoder):

@@ -1,4 +1,5 @@
-"""The auto-tuner picks the candidate with the best predicted speedup from measured S and t(k)."""
+"""The auto-tuner picks the candidate with the best predicted speedup from measured S and t(k), near-ties
+going to the smaller step."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from decoders import build_decoder
 from decoders.autotune import (
-    CANDIDATES, LATENCY_KS, autotune, calibration_cache_len, interp_latency, latency_curve, latency_curves,
+    CANDIDATES, LATENCY_KS, TIE, autotune, choose, calibration_cache_len, interp_latency, latency_curve, latency_curves,
 )
 from decoders.lookahead import SHAPE
 from tiny import tiny_backend
@@ -61,9 +62,19 @@ def test_autotune_maximises_predicted_speedup(tiny):
     # the finalists are the best screened, and the choice is the best finalist
     top = sorted(screen, key=lambda r: -r["predicted"])[:3]
     assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in top]
-    best = max(final, key=lambda r: r["predicted"])
+    best = choose(final)
     assert all(tuned.params[k] == best[k] for k in SHAPE)
     assert tuned.predicted == best["predicted"]
+    assert best["predicted"] >= (1 - TIE) * max(r["predicted"] for r in final)
+
+
+def test_choose_gives_near_ties_to_the_smaller_step():
+    rows = [{"predicted": 3.07, "k_mean": 8.8}, {"predicted": 3.04, "k_mean": 6.4}, {"predicted": 2.5, "k_mean": 3.0}]
+    assert choose(rows) is rows[1]  # 1% behind with 2.4 fewer tokens a step; 19% behind is no tie
+    assert choose(rows, tie=0.0) is rows[0]  # no tolerance: the best predicted
+    assert choose(rows, tie=0.5) is rows[2]
+    same_k = [{"predicted": 2.0, "k_mean": 5.0}, {"predicted": 2.05, "k_mean": 5.0}]
+    assert choose(same_k) is same_k[1]  # equal steps: the better predicted
 
 
 def test_auto_decoder_tunes_once_and_stays_exact(tiny):
