@@ -63,10 +63,12 @@ constexpr bool PAIRED = true;
 constexpr bool PAIRED = false;
 #endif
 constexpr int64_t UWB = PAIRED && 2 * VS > SW ? 2 * VS : SW;  // 32 columns on AVX-512, else 16 (a stripe)
-static_assert(!PAIRED || IVec::size() == VS, "bfloat16 pairs are unpacked from int32 lanes");
-static_assert(BN % UWB == 0 && UWB % (2 * VS) == 0, "bfloat16 stripes must tile a block");
+static_assert(!PAIRED || (IVec::size() == VS && BN % UWB == 0 && UWB % (2 * VS) == 0),
+              "bfloat16 pairs are unpacked from int32 lanes and their stripes tile a block");
 template <typename T>
-constexpr int64_t UW = sizeof(T) == 2 ? UWB : SW;  // columns per stored stripe of T
+constexpr bool PAIRS = PAIRED && sizeof(T) == 2;  // T's weights stored and loaded in pairs
+template <typename T>
+constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // Column subtiles (stripes handled together) by row count; all divide NSB. Chosen so that the
 // accumulators (rows x stripes x SV), the weights of one k (stripes x SV) and a broadcast fit the
 // register file: 16 registers on AVX2 / x86 generic, 32 on AVX-512 and aarch64.
@@ -118,14 +120,9 @@ inline Vec load_w(const bf16* p) {
 
 // Weight row k of a tile's NS stripes (wk: its first stripe's row k; stored stripes `stripe` elements
 // apart) as float32 vectors: wv[s][v] holds columns s * SW + v * VS ... + VS - 1 of the tile
-template <int NS>
-inline void load_row(Vec (&wv)[NS][SV], const float* wk, int64_t stripe) {
-  for (int s = 0; s < NS; ++s)
-    for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + s * stripe + v * VS);
-}
-template <int NS>
-inline void load_row(Vec (&wv)[NS][SV], const bf16* wk, int64_t stripe) {
-  if constexpr (PAIRED) {
+template <typename T, int NS>
+inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe) {
+  if constexpr (PAIRS<T>) {
     static_assert((NS * SV) % 2 == 0 && (NS * SW) % UWB == 0, "bfloat16 tiles take whole pairs and stripes");
     const IVec shift(16), high(int32_t(0xFFFF0000u));
     for (int q = 0; q < NS * SV / 2; ++q) {  // vectors 2q and 2q + 1 from one load: exact float32 values
@@ -155,13 +152,13 @@ constexpr int64_t PREFETCH_BYTES = 2048;
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
 inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe) {
-  if constexpr (MT == 1 && (sizeof(T) == 4 || !PAIRED)) {  // each weight vector used once: load it by its FMA
+  if constexpr (MT == 1 && !PAIRS<T>) {  // each weight vector used once: load it next to its FMA
     const Vec xb(xk[0]);
     for (int s = 0; s < NS; ++s)
       for (int v = 0; v < SV; ++v) acc[0][s][v] = at::vec::fmadd(xb, load_w(wk + s * stripe + v * VS), acc[0][s][v]);
   } else {
     Vec wv[NS][SV];
-    load_row<NS>(wv, wk, stripe);
+    load_row<T, NS>(wv, wk, stripe);
     for (int m = 0; m < MT; ++m) {
       const Vec xb(xk[m * K]);
       for (int s = 0; s < NS; ++s)
@@ -291,7 +288,7 @@ at::Tensor pack(at::Tensor w, bool bf16_weights) {
   const int64_t N = w.size(0), K = w.size(1), NB = (N + BN - 1) / BN;
   auto wp = at::zeros({NB * BN, K}, w.options());
   wp.narrow(0, 0, N).copy_(w);
-  if (!bf16_weights || !PAIRED) return wp.view({NB * NSB, SW, K}).transpose(1, 2).contiguous();
+  if (!(bf16_weights && PAIRS<bf16>)) return wp.view({NB * NSB, SW, K}).transpose(1, 2).contiguous();
   const int64_t S = NB * BN / UWB;  // [S, K, pairs, 2, VS] -> [S, K, pairs, VS, 2]: column h * VS + j at 2j + h
   return wp.view({S, UWB, K}).transpose(1, 2).reshape({S, K, UWB / (2 * VS), 2, VS}).transpose(3, 4).contiguous()
       .view({S, K, UWB});
@@ -301,7 +298,7 @@ at::Tensor pack(at::Tensor w, bool bf16_weights) {
 at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
               "linear: contiguous float32 CPU [rows, in] input expected");
-  const int64_t U = wp.scalar_type() == at::kBFloat16 ? UWB : SW;
+  const int64_t U = wp.scalar_type() == at::kBFloat16 ? UW<bf16> : UW<float>;
   TORCH_CHECK(wp.dim() == 3 && wp.is_contiguous() && wp.size(2) == U && (wp.size(0) * U) % BN == 0,
               "linear: weight not from this build's pack()");
   const int64_t M = x.size(0), K = x.size(1), NB = wp.size(0) * U / BN;
