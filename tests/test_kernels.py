@@ -231,7 +231,7 @@ def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
         def info():
             return {"isa": "DEFAULT", "vector_floats": 8, "block": 64}
 
-    def fake_load(variant, directory):
+    def fake_load(variant, directory, source_dir=None):
         calls.append(directory.exists())
         directory.mkdir(parents=True, exist_ok=True)
         if len(calls) == 1:
@@ -244,7 +244,7 @@ def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not load" in err[0] and "rebuilding" in err[0]
 
-    def always_bad(variant, directory):
+    def always_bad(variant, directory, source_dir=None):
         raise ImportError("undefined symbol: nonsense")
 
     monkeypatch.setattr(K, "_torch_load", always_bad)
@@ -254,11 +254,10 @@ def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
 
 
 def test_failed_build_returns_none_with_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    broken = tmp_path / "small_gemm.cpp"
-    broken.write_text("#error deliberately broken\n")
-    monkeypatch.setattr(K, "SOURCES", (broken, *K.SOURCES[1:]))
-    assert K._build("baseline", timeout_s=5) is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    broken = _copy_sources(tmp_path / "src")
+    (broken / "small_gemm.cpp").write_text("#error deliberately broken\n")
+    assert K.load_small_gemm("baseline", timeout_s=5, source_dir=broken) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not built" in err[0] and "library matmuls" in err[0], err
 
@@ -277,3 +276,38 @@ def test_lock_timeout_returns_none_with_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "held" in err[0] and "library matmuls" in err[0], err
     assert not path.exists()  # nothing was built
+
+
+def _copy_sources(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    for src in K.SOURCES:
+        shutil.copy(src, directory / src.name)
+    return directory
+
+
+def test_sources_from_an_edited_copy(tmp_path):
+    """``source_dir`` (``kernels.bench --against``): a copy's build is keyed by its text, a missing file is
+    named, and an identical copy is our own build (no rebuild)."""
+    copy = _copy_sources(tmp_path / "copy")
+    assert K.sources(copy) == tuple(copy / src.name for src in K.SOURCES)
+    assert K.build_key("baseline", copy) == K.build_key("baseline")
+    with open(copy / "small_gemm.cpp", "a") as f:
+        f.write("// an edit\n")
+    assert K.build_key("baseline", copy) != K.build_key("baseline")
+    (copy / "layer.cpp").unlink()
+    with pytest.raises(FileNotFoundError, match="layer.cpp"):
+        K.load_small_gemm("baseline", source_dir=copy)
+
+
+def test_bench_times_a_copy_beside_ours(tmp_path, capsys):
+    """``kernels.bench --against DIR``: one column per build, timed interleaved (an identical copy: the
+    cached build, loaded twice)."""
+    from harness.runtime.kernels import bench
+
+    copy = _copy_sources(tmp_path / "edited")
+    bench.main(["--rows", "1", "2", "--reps", "1", "--layers", "1", "--variants", "baseline", "--no-torch",
+                "--dtypes", "bf16", "--against", str(copy)])
+    out = capsys.readouterr().out
+    assert "| rows | baseline bf16 | baseline bf16 edited |" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2 and all(len(r.split("|")) == 5 for r in rows)

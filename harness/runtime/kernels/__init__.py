@@ -48,6 +48,18 @@ from harness.runtime.kernels.cache import Flock, FlockTimeout, cached_build_ok, 
 #: the decoding steps' attention and the whole layer in one call.
 SOURCES = tuple(Path(__file__).with_name(f"{name}.cpp") for name in ("small_gemm", "layer_ops", "attention", "layer"))
 
+
+def sources(source_dir: Path | None = None) -> tuple[Path, ...]:
+    """The extension's source files: ours, or the same file names in ``source_dir`` (an edited copy to
+    A/B against ours, as ``kernels.bench --against`` does)."""
+    if source_dir is None:
+        return SOURCES
+    found = tuple(Path(source_dir) / src.name for src in SOURCES)
+    missing = [str(p) for p in found if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"kernel sources missing: {', '.join(missing)} (copy them from {SOURCES[0].parent})")
+    return found
+
 # flags common to every variant: no -ffast-math, and no contraction of a * b + c behind our back (the
 # explicit fmadd is an intrinsic where the ISA has FMA; the generic fallback stays mul-then-add)
 COMMON_CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math")
@@ -153,20 +165,20 @@ def build_flags(variant: str) -> list[str]:
     return [*COMMON_CFLAGS, *_variants()[variant][0]]
 
 
-def build_key(variant: str) -> str:
+def build_key(variant: str, source_dir: Path | None = None) -> str:
     """``<variant>-<hash>``: the build directory's name, the hash over everything the binary depends on."""
     h = hashlib.sha256()
-    sources = [src.read_bytes() for src in SOURCES]
-    for part in (*sources, "\0".join(build_flags(variant)).encode(), "\0".join(LDFLAGS).encode(),
+    texts = [src.read_bytes() for src in sources(source_dir)]
+    for part in (*texts, "\0".join(build_flags(variant)).encode(), "\0".join(LDFLAGS).encode(),
                  torch.__version__.encode(), sys.version.encode(), platform.machine().encode()):
         h.update(part)
         h.update(b"\1")
     return f"{variant}-{h.hexdigest()[:16]}"
 
 
-def build_dir(variant: str) -> Path:
-    """The build directory of ``variant`` under :func:`cache_root`."""
-    return cache_root() / build_key(variant)
+def build_dir(variant: str, source_dir: Path | None = None) -> Path:
+    """The build directory of ``variant`` (from ``source_dir``'s sources, default ours) under :func:`cache_root`."""
+    return cache_root() / build_key(variant, source_dir)
 
 
 def _note(msg: str) -> None:
@@ -185,7 +197,7 @@ def _one_line(err: BaseException) -> str:
     return f"{first} [{detail}]" if detail else first
 
 
-def _torch_load(variant: str, directory: Path) -> ModuleType:
+def _torch_load(variant: str, directory: Path, source_dir: Path | None = None) -> ModuleType:
     from torch.utils import cpp_extension
 
     name = module_name(directory)
@@ -195,15 +207,15 @@ def _torch_load(variant: str, directory: Path) -> ModuleType:
     getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name=name, sources=[str(src) for src in SOURCES], extra_cflags=build_flags(variant),
+        name=name, sources=[str(src) for src in sources(source_dir)], extra_cflags=build_flags(variant),
         extra_ldflags=list(LDFLAGS),  # a copy: torch appends to it
         build_directory=str(directory), verbose=False,
     )
 
 
-def _build(variant: str, timeout_s: float) -> ModuleType | None:
+def _build(variant: str, timeout_s: float, source_dir: Path | None = None) -> ModuleType | None:
     """Build (or load the cached build of) ``variant``; None after one stderr line when it cannot."""
-    directory = build_dir(variant)
+    directory = build_dir(variant, source_dir)
     fallback = "using library matmuls"
     try:
         with Flock(directory.with_name(directory.name + ".flock"), timeout_s):
@@ -219,7 +231,7 @@ def _build(variant: str, timeout_s: float) -> ModuleType | None:
                 shutil.rmtree(directory, ignore_errors=True)
             for attempt in (0, 1):
                 try:
-                    module = _torch_load(variant, directory)
+                    module = _torch_load(variant, directory, source_dir)
                     break
                 except ImportError as err:  # built, or found built, but does not import
                     if attempt:
@@ -240,23 +252,28 @@ def _build(variant: str, timeout_s: float) -> ModuleType | None:
     return module
 
 
-def load_small_gemm(variant: str | None = None, timeout_s: float = 600) -> ModuleType | None:
+def load_small_gemm(variant: str | None = None, timeout_s: float = 600,
+                    source_dir: Path | None = None) -> ModuleType | None:
     """The compiled kernel module of ``variant`` (default: :func:`best_variant`), or None where it cannot
     be built (one line on stderr says why; the caller keeps library matmuls).
 
     Raises ValueError for an unknown variant or one this CPU cannot execute. ``timeout_s`` bounds the
-    wait for another process's build of the same variant. One build or load per variant and process;
-    the loaded module carries ``kernel_info`` (:class:`KernelInfo`).
+    wait for another process's build of the same variant. ``source_dir``: build from an edited copy of
+    the sources instead of ours (an A/B; see :func:`sources`). One build or load per variant, sources
+    and process; the loaded module carries ``kernel_info`` (:class:`KernelInfo`).
     """
     if variant is None:
         variant = best_variant()
     _check_variant(variant)
-    return _build_once(variant, timeout_s)
+    if source_dir is not None:
+        source_dir = Path(source_dir).resolve()
+        sources(source_dir)  # FileNotFoundError naming what is missing, not a fallback to library matmuls
+    return _build_once(variant, timeout_s, source_dir)
 
 
-@functools.cache  # one build or load per variant and process
-def _build_once(variant: str, timeout_s: float) -> ModuleType | None:
-    return _build(variant, timeout_s)
+@functools.cache  # one build or load per variant, sources and process
+def _build_once(variant: str, timeout_s: float, source_dir: Path | None) -> ModuleType | None:
+    return _build(variant, timeout_s, source_dir)
 
 
 def kernel_info(module: ModuleType | None) -> KernelInfo | None:

@@ -6,6 +6,12 @@ layers: ~538 MB in float32, as in the model), at several row counts, for plain `
 each kernel variant this CPU can execute with float32 and with bfloat16 packed weights. Prints the
 median of ``--reps`` timed forwards after a warm-up, as a markdown table in milliseconds, with a read
 bandwidth probe (a sum over a large float32 tensor) and the weight bytes / bandwidth floor.
+
+The reps are interleaved: each rep times every column at every row count once, so a slow spell of a
+shared machine (memory bandwidth here swings by 2x within minutes) falls on all columns alike and
+their ratios stay comparable. ``--against DIR`` adds a column per variant and weight type built from
+an edited copy of the kernel sources in DIR (``cp harness/runtime/kernels/*.cpp DIR``, edit, run): an
+A/B of a kernel change in one command, instead of a throwaway script.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -33,16 +41,19 @@ def weights(layers: int) -> list[torch.Tensor]:
     return ws
 
 
-def time_ms(fn, reps: int, stat: str = "median", warmup: int = 2) -> float:
-    """``stat`` (median or min) of ``reps`` timed calls after ``warmup`` untimed ones, in ms."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * (min(times) if stat == "min" else statistics.median(times))
+def time_interleaved(fns: dict[str, Callable[[], object]], reps: int, stat: str = "median",
+                     warmup: int = 2) -> dict[str, float]:
+    """``stat`` (median or min) per function of ``reps`` timed calls in ms, each rep calling every function
+    once in turn, after ``warmup`` such untimed rounds."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for rep in range(warmup + reps):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            if rep >= warmup:
+                times[name].append(time.perf_counter() - t)
+    pick = min if stat == "min" else statistics.median
+    return {name: 1e3 * pick(ts) for name, ts in times.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,6 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip F.linear")
     ap.add_argument("--stat", choices=["median", "min"], default="median",
                     help="median (default) or min of the reps (min: the least disturbed by other processes)")
+    ap.add_argument("--against", type=Path, default=None, metavar="DIR",
+                    help="also time the variants built from the kernel sources in DIR (an edited copy), interleaved")
+    ap.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                    help="packed weight types to time")
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
@@ -62,22 +77,26 @@ def main(argv: list[str] | None = None) -> None:
     gbs = read_bandwidth() / 1e9
     inputs = {r: {k: torch.randn(r, k) for k in (HIDDEN, INTER)} for r in args.rows}
 
-    columns: dict[str, dict[int, float]] = {}
+    fns: dict[tuple[str, int], Callable[[], object]] = {}  # (column, rows) -> one forward's matmuls
+    builds = [("", None)] + ([(f" {args.against.name}", args.against)] if args.against else [])
     with torch.inference_mode():
         if not args.no_torch:
-            columns["F.linear"] = {r: time_ms(lambda r=r: [F.linear(inputs[r][w.shape[1]], w) for w in ws],
-                                              args.reps, args.stat) for r in args.rows}
+            for r in args.rows:
+                fns["F.linear", r] = lambda r=r: [F.linear(inputs[r][w.shape[1]], w) for w in ws]
         for variant in args.variants or available_variants():
-            mod = load_small_gemm(variant)
-            if mod is None:
-                continue
-            for bf16 in (False, True):
-                packed = [(mod.pack(w, bf16), w.shape[0], w.shape[1]) for w in ws]
-                name = f"{variant} {'bf16' if bf16 else 'fp32'}"
-                columns[name] = {
-                    r: time_ms(lambda r=r, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed],
-                               args.reps, args.stat) for r in args.rows}
-                del packed
+            for suffix, source_dir in builds:
+                mod = load_small_gemm(variant, source_dir=source_dir)
+                if mod is None:
+                    continue
+                for dtype in args.dtypes:
+                    packed = [(mod.pack(w, dtype == "bf16"), w.shape[0], w.shape[1]) for w in ws]
+                    for r in args.rows:
+                        fns[f"{variant} {dtype}{suffix}", r] = (
+                            lambda r=r, mod=mod, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed])
+        timed = time_interleaved(fns, args.reps, args.stat)
+    columns: dict[str, dict[int, float]] = {}
+    for (name, r), ms in timed.items():
+        columns.setdefault(name, {})[r] = ms
 
     print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (fastest sum over 512 MB), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
@@ -93,8 +112,9 @@ def main(argv: list[str] | None = None) -> None:
         print("| 1 row / floor | " + " | ".join(f"{columns[n][1] / floors[n]:.2f}x" for n in names) + " |")
         print("| 1 row GB/s | " + " | ".join(f"{floors[n] * gbs / columns[n][1]:.1f}" for n in names) + " |")
     print()
-    print(f"milliseconds per forward's matmuls ({args.stat} of {args.reps} after warm-up); floor = weight "
-          "bytes / read bandwidth (bf16 columns: half the bytes)")
+    print(f"milliseconds per forward's matmuls ({args.stat} of {args.reps} interleaved reps after warm-up); floor = "
+          "weight bytes / read bandwidth (bf16 columns: half the bytes)"
+          + (f"; columns ending in {args.against.name}: built from the sources in {args.against}" if args.against else ""))
 
 
 if __name__ == "__main__":
