@@ -98,7 +98,7 @@ constexpr const char* ISA = "DEFAULT";
 constexpr int NS1 = 4, NS2 = 2, NSM = 2, MT_MAX = 2;
 #endif
 
-#if defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
 constexpr bool PREFETCH_BF16_ROW = true;  // see PREFETCH_BYTES
 #else
 constexpr bool PREFETCH_BF16_ROW = false;
@@ -145,8 +145,9 @@ inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe) {
 // subtiles; there GCC also runs out of registers for the addresses). 0 turns it off. The AVX2 build also
 // prefetches in 1-row bfloat16 tiles (PREFETCH_BF16_ROW): on the EPYC with AVX2 forced, eight paired
 // `kernels.bench` runs put a forward's 1-row bf16 matmuls at 0.44-0.58x the float32 ones with it (median
-// 0.57x) and 0.61-0.74x without (median 0.66x); on AVX-512 the same change showed no consistent effect
-// (0.53-0.90x against 0.57-0.64x in six pairs), so it stays off there.
+// 0.57x) and 0.61-0.74x without (median 0.66x). So does the AVX-512 build: on the EPYC it showed no
+// consistent effect there (0.53-0.90x against 0.57-0.64x in six pairs), on a Xeon with AMX (2026-12-02,
+// `kernels.bench --against`, 4 interleaved runs) it put the 1-row bf16 matmuls at 0.88-0.93x.
 constexpr int64_t PREFETCH_BYTES = 2048;
 
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
