@@ -8,7 +8,9 @@
                            [--no-hf]
 
 0. The memory bound: this machine's read bandwidth (the fastest of 9 sums over a 512 MB buffer), the matmul weight bytes
-   one step reads, and t(1) against bytes / bandwidth. Results go to ``<out>/<kernel variant or library>``
+   one step reads, and t(1) against bytes / bandwidth, split into the forward's matmuls alone (its 1-row
+   projections called back to back, timed interleaved with the other dtypes) and the rest (norms, RoPE,
+   attention, the Python and thread hand-offs between them). Results go to ``<out>/<kernel variant or library>``
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
@@ -42,6 +44,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+import torch
 
 from decoders.autotune import autotune, interp_latency, latency_curves
 from decoders.base import token_hash
@@ -183,12 +187,37 @@ def parse_pld(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def memory_floor_line(backend, curve: dict[int, float], bandwidth: float) -> str:
-    """t(1) against the time to read the step's weights once at the measured bandwidth."""
+def matmul_times(backends: list, reps: int = 7) -> list[float]:
+    """Median seconds of each backend's forward matmuls alone at 1 row (its projections back to back, on
+    random inputs), the backends interleaved as in ``latency_curves``: t(1) minus this is what the forward
+    spends outside its matmuls."""
+    g = torch.Generator().manual_seed(0)
+    calls = []
+    for backend in backends:
+        projections = backend.projections()
+        widths = {p.linears[0].in_features for p in projections}
+        xs = {w: torch.randn(1, w, generator=g).to(device=backend.device, dtype=backend.dtype) for w in widths}
+        calls.append([(p, xs[p.linears[0].in_features]) for p in projections])
+    times: list[list[float]] = [[] for _ in backends]
+    with torch.inference_mode():
+        for rep in range(reps + 1):  # round 0 is the warm-up
+            for backend, pairs, ts in zip(backends, calls, times):
+                t0 = time.perf_counter()
+                for p, x in pairs:
+                    p(x)
+                backend.sync()
+                if rep:
+                    ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
+
+
+def memory_floor_line(backend, curve: dict[int, float], bandwidth: float, matmul_s: float) -> str:
+    """t(1), and its matmuls alone, against the time to read the step's weights once at the measured bandwidth."""
     weight = backend.step_weight_bytes()
     floor = weight / bandwidth
     return (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
-            f"{floor * 1e3:.1f} ms; t(1) = {curve[1] * 1e3:.1f} ms = {curve[1] / floor:.2f}x the bound")
+            f"{floor * 1e3:.1f} ms; t(1) = {curve[1] * 1e3:.1f} ms = {curve[1] / floor:.2f}x the bound: its matmuls "
+            f"alone {matmul_s * 1e3:.1f} ms ({matmul_s / floor:.2f}x), the rest {(curve[1] - matmul_s) * 1e3:.1f} ms")
 
 
 def matmul_key(path: str) -> str:
@@ -243,21 +272,24 @@ def main(argv: list[str] | None = None) -> None:
     backends = {dtype: load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)
                 for dtype in args.dtype}
     curves = dict(zip(backends, latency_curves(list(backends.values()), cache_len=args.cache_len)))
+    matmuls = dict(zip(backends, matmul_times(list(backends.values()))))
     for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
         curve = curves[dtype]
         line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
         head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
                 f"{backend.attention_path}; {args.model}, cache "
-                f"{args.cache_len}: {line}\n{memory_floor_line(backend, curve, bandwidth)}")
+                f"{args.cache_len}: {line}\n{memory_floor_line(backend, curve, bandwidth, matmuls[dtype])}")
         if dtype != args.dtype[0]:
             first = args.dtype[0]
             head += (f"\nt(1) {dtype} / t(1) {first} = {curve[1] / curves[first][1]:.2f}x "
-                     f"(the two curves measured interleaved)")
+                     f"(the two curves measured interleaved); matmuls alone "
+                     f"{matmuls[dtype] / matmuls[first]:.2f}x")
         print(head, flush=True)
         text.append(head)
         report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path,
                                              "attention_path": backend.attention_path, "curve_s": curve,
+                                             "matmuls_s": matmuls[dtype],
                                              "step_weight_bytes": backend.step_weight_bytes()}
         for task in args.tasks:
             found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)

@@ -78,3 +78,16 @@ def test_repeated_settings_are_refused_before_any_work(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--tasks"])
     assert exc.value.code == 2 and "given twice" in capsys.readouterr().err
+
+
+def test_matmul_times_split_t1_into_matmuls_and_the_rest():
+    """The forward's 1-row matmuls alone, timed per backend, and the memory line that splits t(1) with them."""
+    from harness.perf import matmul_times, memory_floor_line
+    from tests.tiny import tiny_backend
+
+    backends = [tiny_backend(0), tiny_backend(1)]
+    times = matmul_times(backends, reps=2)
+    assert len(times) == 2 and all(0 < t < 1 for t in times)
+    assert len(backends[0].projections()) == backends[0].shape.n_layers * 4 + 1
+    line = memory_floor_line(backends[0], {1: 2 * times[0]}, bandwidth=1e10, matmul_s=times[0])
+    assert "its matmuls alone" in line and f"the rest {times[0] * 1e3:.1f} ms" in line

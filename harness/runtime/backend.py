@@ -106,10 +106,13 @@ class Backend:
         self._k_cache: torch.Tensor | None = None
         self._v_cache: torch.Tensor | None = None
 
+    def projections(self) -> list[Projection]:
+        """Every matmul of a forward, in its order (each layer's four, then the LM head)."""
+        return [p for lp in self._proj for p in lp.all()] + [self._lm_head]
+
     def step_weight_bytes(self) -> int:
         """Bytes of matmul weights one forward reads: what a decoding step streams from memory."""
-        projections = [p for lp in self._proj for p in lp.all()] + [self._lm_head]
-        return sum(p.weight_bytes for p in projections)
+        return sum(p.weight_bytes for p in self.projections())
 
     # ---- cache management -------------------------------------------------------------------------
     @property
