@@ -78,24 +78,27 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // re-reading the block from L2), interleaved `kernels.bench`-style A/B runs on the EPYC (2026-12-02) put
 // a forward's matmuls at 0.88-0.95x for 3-6 rows and 0.76-0.95x for 7-32 rows, in float32 and bfloat16;
 // 24 rows x 1 stripe was 2x slower (register spills), 1-2 rows stay at 4 stripes. AVX2's register
-// file holds no wider tile (12 rows x half a stripe ran 1.1-1.6x slower).
+// file holds no wider tile (12 rows x half a stripe ran 1.1-1.6x slower), but exactly 3 rows (a short
+// lookahead step) take 3 x 2 stripes there (NS3; 12 accumulators and the weights of one k in 16
+// registers, the broadcast from memory): on the Xeon with AVX2 forced (2026-12-02, `kernels.bench
+// --against`) a forward's 3-row matmuls ran 0.91x against 6 x 1; 3 x 2 tiles for 4-6 rows were slower.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
-constexpr int NS1 = 4, NS2 = 4, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
+constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr const char* ISA = "AVX2";
-constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2 rows: 8 (+4 weights); 6: 12 (+2)
+constexpr int NS1 = 4, NS2 = 2, NS3 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2: 8 (+4 weights); 3: 12 (+4); 6: 12 (+2)
 #elif defined(CPU_CAPABILITY_SVE256) || defined(CPU_CAPABILITY_SVE)
 constexpr const char* ISA = "SVE";
-constexpr int NS1 = 4, NS2 = 4, NSM = 2, MT_MAX = 6;
+constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 6;
 #elif defined(__aarch64__)
 constexpr const char* ISA = "NEON";
-constexpr int NS1 = 4, NS2 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 16 acc; 2 rows: 16 (+8); 6 rows: 24 (+4)
+constexpr int NS1 = 4, NS2 = 2, NS3 = 1, NSM = 1, MT_MAX = 6;  // 1 row: 16 acc; 2 rows: 16 (+8); 6 rows: 24 (+4)
 #else
 // at::vec's generic arrays, which the compiler vectorizes itself (SSE2 on plain x86-64): it keeps 1-2
 // row tiles in registers (10-15 GFLOP/s per core here) but not more (2-4 GFLOP/s), so 2-row tiles
 constexpr const char* ISA = "DEFAULT";
-constexpr int NS1 = 4, NS2 = 2, NSM = 2, MT_MAX = 2;
+constexpr int NS1 = 4, NS2 = 2, NS3 = 2, NSM = 2, MT_MAX = 2;
 #endif
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
@@ -255,6 +258,8 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
       block<T, NS1, 1>(x, M, K, wb, yb, n_out, cols, next);
     else if (M == 2)
       block<T, NS2, 2>(x, M, K, wb, yb, n_out, cols, next);
+    else if (M == 3 && NS3 != NSM)
+      block<T, NS3, 3>(x, M, K, wb, yb, n_out, cols, next);
     else
       block<T, NSM, MT_MAX>(x, M, K, wb, yb, n_out, cols, next);
   }
@@ -332,7 +337,7 @@ pybind11::dict info() {
   d["prefetch_bytes"] = PREFETCH_BYTES;
   d["prefetch_bf16_row"] = PREFETCH_BF16_ROW;
   d["chunks_per_thread"] = CHUNKS_PER_THREAD;
-  d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NSM * SW);  // columns per subtile: 1, 2, >=3 rows
+  d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
   return d;
 }
 
