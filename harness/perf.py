@@ -45,8 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from decoders.autotune import autotune, interp_latency, latency_curves
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
@@ -55,7 +53,7 @@ from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES, read_bandwidth
+from harness.runtime.matmul import MATMUL_CHOICES, matmul_times, read_bandwidth
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -185,30 +183,6 @@ def parse_pld(text: str) -> tuple[int, int]:
     if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
         raise argparse.ArgumentTypeError(f"expected MAX_NGRAM,NUM_PRED as two integers >= 1, e.g. 6,10; got {text!r}")
     return int(parts[0]), int(parts[1])
-
-
-def matmul_times(backends: list, reps: int = 7) -> list[float]:
-    """Median seconds of each backend's forward matmuls alone at 1 row (its projections back to back, on
-    random inputs), the backends interleaved as in ``latency_curves``: t(1) minus this is what the forward
-    spends outside its matmuls."""
-    g = torch.Generator().manual_seed(0)
-    calls = []
-    for backend in backends:
-        projections = backend.projections()
-        widths = {p.linears[0].in_features for p in projections}
-        xs = {w: torch.randn(1, w, generator=g).to(device=backend.device, dtype=backend.dtype) for w in widths}
-        calls.append([(p, xs[p.linears[0].in_features]) for p in projections])
-    times: list[list[float]] = [[] for _ in backends]
-    with torch.inference_mode():
-        for rep in range(reps + 1):  # round 0 is the warm-up
-            for backend, pairs, ts in zip(backends, calls, times):
-                t0 = time.perf_counter()
-                for p, x in pairs:
-                    p(x)
-                backend.sync()
-                if rep:
-                    ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
 
 
 def memory_floor_line(backend, curve: dict[int, float], bandwidth: float, matmul_s: float) -> str:

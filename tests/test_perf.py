@@ -82,7 +82,8 @@ def test_repeated_settings_are_refused_before_any_work(argv, capsys):
 
 def test_matmul_times_split_t1_into_matmuls_and_the_rest():
     """The forward's 1-row matmuls alone, timed per backend, and the memory line that splits t(1) with them."""
-    from harness.perf import matmul_times, memory_floor_line
+    from harness.perf import memory_floor_line
+    from harness.runtime.matmul import matmul_times
     from tests.tiny import tiny_backend
 
     backends = [tiny_backend(0), tiny_backend(1)]

@@ -17,9 +17,11 @@ they re-lay the weights out per call or take slower paths. So on CPU:
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -114,6 +116,30 @@ def read_bandwidth(megabytes: int = 512, reps: int = 9) -> float:
         x.sum()
         times.append(time.perf_counter() - t0)
     return x.numel() * 4 / min(times)
+
+
+def matmul_times(backends: Sequence[Any], reps: int = 7) -> list[float]:
+    """Median seconds of each backend's forward matmuls alone at 1 row (its projections back to back, on
+    random inputs), the backends interleaved as in ``latency_curves``: t(1) minus this is what the forward
+    spends outside its matmuls."""
+    g = torch.Generator().manual_seed(0)
+    calls = []
+    for backend in backends:
+        projections = backend.projections()
+        widths = {p.linears[0].in_features for p in projections}
+        xs = {w: torch.randn(1, w, generator=g).to(device=backend.device, dtype=backend.dtype) for w in widths}
+        calls.append([(p, xs[p.linears[0].in_features]) for p in projections])
+    times: list[list[float]] = [[] for _ in backends]
+    with torch.inference_mode():
+        for rep in range(reps + 1):  # round 0 is the warm-up
+            for backend, pairs, ts in zip(backends, calls, times):
+                t0 = time.perf_counter()
+                for p, x in pairs:
+                    p(x)
+                backend.sync()
+                if rep:
+                    ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def physical_memory() -> int | None:
