@@ -92,3 +92,13 @@ def test_matmul_times_split_t1_into_matmuls_and_the_rest():
     assert len(backends[0].projections()) == backends[0].shape.n_layers * 4 + 1
     line = memory_floor_line(backends[0], {1: 2 * times[0]}, bandwidth=1e10, matmul_s=times[0])
     assert "its matmuls alone" in line and f"the rest {times[0] * 1e3:.1f} ms" in line
+
+
+def test_round_robin_interleaves_calls_and_skips_the_warm_up():
+    """The one interleaved timer (perf's matmul split, kernels.bench, bench_attention)."""
+    from harness.runtime.matmul import round_robin
+
+    order: list[str] = []
+    times = round_robin({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, reps=3, warmup=2)
+    assert order == ["a", "b"] * 5  # every round calls each once, in turn
+    assert set(times) == {"a", "b"} and all(0 <= t < 1 for t in times.values())

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -118,28 +118,43 @@ def read_bandwidth(megabytes: int = 512, reps: int = 9) -> float:
     return x.numel() * 4 / min(times)
 
 
+def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1,
+                stat: str = "median") -> dict[Any, float]:
+    """Seconds per function (``stat``: median or min of ``reps`` timed calls), the calls interleaved: each
+    round calls every function once in turn, so a slow spell of a shared machine falls on all of them
+    alike and their ratios stay comparable; the first ``warmup`` rounds are untimed."""
+    times: dict[Any, list[float]] = {name: [] for name in fns}
+    for rep in range(warmup + reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if rep >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    pick = min if stat == "min" else statistics.median
+    return {name: pick(ts) for name, ts in times.items()}
+
+
 def matmul_times(backends: Sequence[Any], reps: int = 7) -> list[float]:
     """Median seconds of each backend's forward matmuls alone at 1 row (its projections back to back, on
     random inputs), the backends interleaved as in ``latency_curves``: t(1) minus this is what the forward
     spends outside its matmuls."""
     g = torch.Generator().manual_seed(0)
-    calls = []
-    for backend in backends:
+    fns = {}
+    for i, backend in enumerate(backends):
         projections = backend.projections()
         widths = {p.linears[0].in_features for p in projections}
         xs = {w: torch.randn(1, w, generator=g).to(device=backend.device, dtype=backend.dtype) for w in widths}
-        calls.append([(p, xs[p.linears[0].in_features]) for p in projections])
-    times: list[list[float]] = [[] for _ in backends]
+        calls = [(p, xs[p.linears[0].in_features]) for p in projections]
+
+        def forward_matmuls(calls=calls, backend=backend) -> None:
+            for p, x in calls:
+                p(x)
+            backend.sync()
+
+        fns[i] = forward_matmuls
     with torch.inference_mode():
-        for rep in range(reps + 1):  # round 0 is the warm-up
-            for backend, pairs, ts in zip(backends, calls, times):
-                t0 = time.perf_counter()
-                for p, x in pairs:
-                    p(x)
-                backend.sync()
-                if rep:
-                    ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
+        times = round_robin(fns, reps)
+    return [times[i] for i in range(len(backends))]
 
 
 def physical_memory() -> int | None:

@@ -17,8 +17,6 @@ A/B of a kernel change in one command, instead of a throwaway script.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.runtime.kernels import available_variants, load_small_gemm
-from harness.runtime.matmul import read_bandwidth
+from harness.runtime.matmul import read_bandwidth, round_robin
 
 HIDDEN, INTER, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
 LAYER_SHAPES = [(HIDDEN + 2 * KV, HIDDEN), (HIDDEN, HIDDEN), (2 * INTER, HIDDEN), (HIDDEN, INTER)]  # [out, in]
@@ -39,21 +37,6 @@ def weights(layers: int) -> list[torch.Tensor]:
     ws = [torch.randn(n, k, generator=g) * k ** -0.5 for _ in range(layers) for n, k in LAYER_SHAPES]
     ws.append(torch.randn(VOCAB, HIDDEN, generator=g) * HIDDEN ** -0.5)
     return ws
-
-
-def time_interleaved(fns: dict[str, Callable[[], object]], reps: int, stat: str = "median",
-                     warmup: int = 2) -> dict[str, float]:
-    """``stat`` (median or min) per function of ``reps`` timed calls in ms, each rep calling every function
-    once in turn, after ``warmup`` such untimed rounds."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for rep in range(warmup + reps):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            if rep >= warmup:
-                times[name].append(time.perf_counter() - t)
-    pick = min if stat == "min" else statistics.median
-    return {name: 1e3 * pick(ts) for name, ts in times.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -93,10 +76,10 @@ def main(argv: list[str] | None = None) -> None:
                     for r in args.rows:
                         fns[f"{variant} {dtype}{suffix}", r] = (
                             lambda r=r, mod=mod, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed])
-        timed = time_interleaved(fns, args.reps, args.stat)
+        timed = round_robin(fns, args.reps, warmup=2, stat=args.stat)
     columns: dict[str, dict[int, float]] = {}
-    for (name, r), ms in timed.items():
-        columns.setdefault(name, {})[r] = ms
+    for (name, r), seconds in timed.items():
+        columns.setdefault(name, {})[r] = 1e3 * seconds
 
     print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (fastest sum over 512 MB), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "

@@ -15,29 +15,14 @@ shared machine hits all of them alike:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from harness.runtime.kernels import load_small_gemm
+from harness.runtime.matmul import round_robin
 
 H, HKV, D = 9, 3, 64  # SmolLM2-135M's attention
-
-
-def round_robin(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median ms of each function over ``reps`` rounds, each round calling every one once (after one
-    untimed round)."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for rep in range(reps + 1):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            if rep:
-                times[name].append(time.perf_counter() - t0)
-    return {name: 1e3 * statistics.median(v) for name, v in times.items()}
 
 
 def attention_table(lengths: list[int], rows: list[int], reps: int) -> list[str]:
@@ -59,7 +44,7 @@ def attention_table(lengths: list[int], rows: list[int], reps: int) -> list[str]
                 "sdpa": lambda q=q, keys=keys, values=values, mask=mask: F.scaled_dot_product_attention(
                     q, keys, values, attn_mask=mask, scale=D**-0.5, enable_gqa=True),
             }, reps)
-            lines.append(f"| {L} | {k} | {1e3 * t['kernel']:.1f} | {1e3 * t['sdpa']:.1f} | "
+            lines.append(f"| {L} | {k} | {1e6 * t['kernel']:.1f} | {1e6 * t['sdpa']:.1f} | "
                          f"{t['sdpa'] / t['kernel']:.2f}x |")
     return lines
 
@@ -89,7 +74,7 @@ def forward_table(model: str, dtypes: list[str], rows: list[int], cache_len: int
 
             t = round_robin({attn: (lambda be=be, attn=attn: step(be, attn)) for attn, be in backends.items()}, reps)
             diff = (out["sdpa"] - out["kernel"]).abs().max().item()
-            lines.append(f"| {dtype} | {k} | {t['sdpa']:.1f} | {t['kernel']:.1f} | {t['kernel'] / t['sdpa']:.2f}x | "
+            lines.append(f"| {dtype} | {k} | {1e3 * t['sdpa']:.1f} | {1e3 * t['kernel']:.1f} | {t['kernel'] / t['sdpa']:.2f}x | "
                          f"{diff:.1e} |")
     return lines
 
