@@ -82,6 +82,9 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // lookahead step) take 3 x 2 stripes there (NS3; 12 accumulators and the weights of one k in 16
 // registers, the broadcast from memory): on the Xeon with AVX2 forced (2026-12-02, `kernels.bench
 // --against`) a forward's 3-row matmuls ran 0.91x against 6 x 1; 3 x 2 tiles for 4-6 rows were slower.
+// Not taken: 3-4 float32 rows walking the block's four stripes round robin in 512-byte chunks
+// (accumulators parked in L1, k order kept) ran 0.74-0.92x on Zen 3 (six A/B runs) but 1.14-1.65x
+// slower on Zen 5 with AVX2 forced, with or without prefetch, 512 or 2048-byte chunks (2026-12-03).
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
