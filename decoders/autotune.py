@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -91,18 +91,7 @@ def latency_curves(backends: Sequence[Backend], ks=LATENCY_KS, cache_len: int = 
     timed forward follows an untimed one of the same size on the same backend.
     """
     g = torch.Generator().manual_seed(0)
-    inputs: list[dict[int, tuple[torch.Tensor, ...]]] = []
-    for backend in backends:
-        vocab = backend.shape.vocab
-        backend.reset(cache_len + max(ks) + 1)
-        prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
-        backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
-        backend.commit()
-        inputs.append({})
-        for k in ks:
-            ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
-            pos = torch.arange(cache_len, cache_len + k, device=backend.device)
-            inputs[-1][k] = (ids, pos, torch.ones(k, k, dtype=torch.bool, device=backend.device).tril())
+    inputs = [step_inputs(backend, ks, cache_len, g) for backend in backends]
     times: list[dict[int, list[float]]] = [{k: [] for k in ks} for _ in backends]
     for rep in range(reps + 1):
         for k in ks:
@@ -117,6 +106,36 @@ def latency_curves(backends: Sequence[Backend], ks=LATENCY_KS, cache_len: int = 
                         ts[k].append(time.perf_counter() - t0)
                     backend.commit([])  # forget the new entries
     return [{k: statistics.median(v) for k, v in ts.items()} for ts in times]
+
+
+def step_inputs(backend: Backend, ks: Sequence[int], cache_len: int,
+                g: torch.Generator) -> dict[int, tuple[torch.Tensor, ...]]:
+    """Fill the backend's cache with ``cache_len`` random tokens and draw a forward's inputs for each k
+    new tokens after them (ids [k], positions [k], causal mask [k, k]); run one, then ``commit([])``."""
+    vocab = backend.shape.vocab
+    backend.reset(cache_len + max(ks) + 1)
+    prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
+    backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
+    backend.commit()
+    inputs = {}
+    for k in ks:
+        ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
+        pos = torch.arange(cache_len, cache_len + k, device=backend.device)
+        inputs[k] = (ids, pos, torch.ones(k, k, dtype=torch.bool, device=backend.device).tril())
+    return inputs
+
+
+def one_step(backend: Backend, cache_len: int = 300) -> Callable[[], None]:
+    """A call that runs one 1-token forward after ``cache_len`` entries and forgets it: t(1) as
+    :func:`latency_curves` times it, as a call to interleave with other timings (perf's memory bound)."""
+    ins = step_inputs(backend, [1], cache_len, torch.Generator().manual_seed(0))[1]
+
+    def run() -> None:
+        backend.forward(*ins)
+        backend.sync()
+        backend.commit([])
+
+    return run
 
 
 def calibration_cache_len(prompts: list[list[int]], max_new_tokens: int) -> int:

@@ -7,10 +7,11 @@
                            [--pld MAX_NGRAM,NUM_PRED ...]
                            [--no-hf]
 
-0. The memory bound: this machine's read bandwidth (the fastest of 9 sums over a 512 MB buffer), the matmul weight bytes
-   one step reads, and t(1) against bytes / bandwidth, split into the forward's matmuls alone (its 1-row
-   projections called back to back, timed interleaved with the other dtypes) and the rest (norms, RoPE,
-   attention, the Python and thread hand-offs between them). Results go to ``<out>/<kernel variant or library>``
+0. The memory bound: the matmul weight bytes one step reads against this machine's read bandwidth (a sum
+   over a 512 MB buffer), and t(1) against bytes / bandwidth, split into the forward's matmuls alone (its
+   1-row projections called back to back) and the rest (norms, RoPE, attention, the Python and thread
+   hand-offs between them). All of these, for every dtype, are medians of the same interleaved rounds
+   (see ``memory_rounds``). Results go to ``<out>/<kernel variant or library>``
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from decoders.autotune import autotune, interp_latency, latency_curves
+from decoders.autotune import autotune, interp_latency, latency_curves, one_step
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
@@ -53,7 +54,7 @@ from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES, matmul_times, read_bandwidth
+from harness.runtime.matmul import MATMUL_CHOICES, bandwidth_probe, forward_matmuls, round_robin
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -185,13 +186,30 @@ def parse_pld(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def memory_floor_line(backend, curve: dict[int, float], bandwidth: float, matmul_s: float) -> str:
-    """t(1), and its matmuls alone, against the time to read the step's weights once at the measured bandwidth."""
+def memory_rounds(backends: list, cache_len: int, reps: int = 15) -> tuple[float, list[float], list[float]]:
+    """Read bandwidth (bytes/s), and each backend's t(1) and 1-row matmuls alone (s), medians of the same
+    interleaved rounds (a probe, then every backend's 1-token step and matmuls). Why: on a VM whose bandwidth
+    swings 2x within minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of the bound
+    (Zen 5, 2026-12-03): a bound and a time of different moments do not compare."""
+    probe, nbytes = bandwidth_probe()
+    fns: dict[Any, Callable[[], object]] = {"probe": probe}
+    for i, backend in enumerate(backends):
+        fns["t1", i] = one_step(backend, cache_len)
+        fns["matmuls", i] = forward_matmuls(backend)
+    times = round_robin(fns, reps)
+    n = range(len(backends))
+    return nbytes / times["probe"], [times["t1", i] for i in n], [times["matmuls", i] for i in n]
+
+
+def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float) -> str:
+    """t(1), and its matmuls alone, against the time to read the step's weights once at the bandwidth
+    measured in the same rounds."""
     weight = backend.step_weight_bytes()
     floor = weight / bandwidth
     return (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
-            f"{floor * 1e3:.1f} ms; t(1) = {curve[1] * 1e3:.1f} ms = {curve[1] / floor:.2f}x the bound: its matmuls "
-            f"alone {matmul_s * 1e3:.1f} ms ({matmul_s / floor:.2f}x), the rest {(curve[1] - matmul_s) * 1e3:.1f} ms")
+            f"{floor * 1e3:.1f} ms; t(1) = {t1 * 1e3:.1f} ms = {t1 / floor:.2f}x the bound: its matmuls "
+            f"alone {matmul_s * 1e3:.1f} ms ({matmul_s / floor:.2f}x), the rest {(t1 - matmul_s) * 1e3:.1f} ms "
+            f"(medians of interleaved rounds)")
 
 
 def matmul_key(path: str) -> str:
@@ -237,33 +255,33 @@ def main(argv: list[str] | None = None) -> None:
     if len(set(args.dtype)) < len(args.dtype):
         ap.error("a --dtype is given twice; drop the repeat")
 
-    bandwidth = read_bandwidth()
-    report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args),
-                              "read_bandwidth_Bps": bandwidth, "runs": {}}
+    report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args), "runs": {}}
     text = []
     out_dir = None
     # every dtype loaded at once, so their latency curves are measured interleaved (see latency_curves)
     backends = {dtype: load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)
                 for dtype in args.dtype}
     curves = dict(zip(backends, latency_curves(list(backends.values()), cache_len=args.cache_len)))
-    matmuls = dict(zip(backends, matmul_times(list(backends.values()))))
+    # after the curves: one_step refills each backend's cache
+    report["read_bandwidth_Bps"], t1s, matmul_s = memory_rounds(list(backends.values()), args.cache_len)
+    bandwidth, t1, matmuls = report["read_bandwidth_Bps"], dict(zip(backends, t1s)), dict(zip(backends, matmul_s))
     for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
         curve = curves[dtype]
         line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
         head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
                 f"{backend.attention_path}; {args.model}, cache "
-                f"{args.cache_len}: {line}\n{memory_floor_line(backend, curve, bandwidth, matmuls[dtype])}")
+                f"{args.cache_len}: {line}\n{memory_floor_line(backend, t1[dtype], bandwidth, matmuls[dtype])}")
         if dtype != args.dtype[0]:
             first = args.dtype[0]
-            head += (f"\nt(1) {dtype} / t(1) {first} = {curve[1] / curves[first][1]:.2f}x "
-                     f"(the two curves measured interleaved); matmuls alone "
+            head += (f"\nt(1) {dtype} / t(1) {first} = {t1[dtype] / t1[first]:.2f}x "
+                     f"(measured interleaved); matmuls alone "
                      f"{matmuls[dtype] / matmuls[first]:.2f}x")
         print(head, flush=True)
         text.append(head)
         report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path,
                                              "attention_path": backend.attention_path, "curve_s": curve,
-                                             "matmuls_s": matmuls[dtype],
+                                             "t1_s": t1[dtype], "matmuls_s": matmuls[dtype],
                                              "step_weight_bytes": backend.step_weight_bytes()}
         for task in args.tasks:
             found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)

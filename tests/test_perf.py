@@ -80,18 +80,19 @@ def test_repeated_settings_are_refused_before_any_work(argv, capsys):
     assert exc.value.code == 2 and "given twice" in capsys.readouterr().err
 
 
-def test_matmul_times_split_t1_into_matmuls_and_the_rest():
-    """The forward's 1-row matmuls alone, timed per backend, and the memory line that splits t(1) with them."""
-    from harness.perf import memory_floor_line
-    from harness.runtime.matmul import matmul_times
+def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
+    """Bandwidth, t(1) and the forward's 1-row matmuls alone come from the same interleaved rounds, per
+    backend, and the memory line splits t(1) with them."""
+    from harness.perf import memory_floor_line, memory_rounds
     from tests.tiny import tiny_backend
 
     backends = [tiny_backend(0), tiny_backend(1)]
-    times = matmul_times(backends, reps=2)
-    assert len(times) == 2 and all(0 < t < 1 for t in times)
     assert len(backends[0].projections()) == backends[0].shape.n_layers * 4 + 1
-    line = memory_floor_line(backends[0], {1: 2 * times[0]}, bandwidth=1e10, matmul_s=times[0])
-    assert "its matmuls alone" in line and f"the rest {times[0] * 1e3:.1f} ms" in line
+    bandwidth, t1s, matmuls = memory_rounds(backends, cache_len=8, reps=5)
+    assert bandwidth > 1e8 and len(t1s) == len(matmuls) == 2
+    assert all(0 < m < t < 1 for m, t in zip(matmuls, t1s))  # a forward is its matmuls and more
+    line = memory_floor_line(backends[0], t1s[0], bandwidth=1e10, matmul_s=matmuls[0])
+    assert "its matmuls alone" in line and f"the rest {(t1s[0] - matmuls[0]) * 1e3:.1f} ms" in line
 
 
 def test_round_robin_interleaves_calls_and_skips_the_warm_up():

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -100,22 +100,29 @@ class Projection:
         return y if rows == k else y[:k]
 
 
+def bandwidth_probe(megabytes: int = 512) -> tuple[Callable[[], object], int]:
+    """A call that reads a float32 buffer far larger than the caches once (a sum on all torch threads, as a
+    decoding step uses them), and the bytes it reads: bytes / its seconds is this machine's read bandwidth."""
+    x = torch.ones(megabytes * (1 << 20) // 4)
+    x.sum()  # touch every page first
+    return x.sum, x.numel() * 4
+
+
 def read_bandwidth(megabytes: int = 512, reps: int = 9) -> float:
-    """Bytes per second this machine reads from memory: a sum over a float32 buffer far larger than the
-    caches, on all torch threads (as a decoding step uses them), at its fastest of ``reps`` runs.
+    """Bytes per second this machine reads from memory (:func:`bandwidth_probe`), at its fastest of
+    ``reps`` runs.
 
     Why the fastest and not the median: on a shared machine other tenants' traffic only ever lowers the
     figure (it ranged 11-19 GB/s between runs on one 2-core VM), and the memory bound it sets should be
     the strictest one measured.
     """
-    x = torch.ones(megabytes * (1 << 20) // 4)
-    x.sum()  # touch every page first
+    probe, nbytes = bandwidth_probe(megabytes)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        x.sum()
+        probe()
         times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / min(times)
+    return nbytes / min(times)
 
 
 def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1,
@@ -134,27 +141,22 @@ def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1
     return {name: pick(ts) for name, ts in times.items()}
 
 
-def matmul_times(backends: Sequence[Any], reps: int = 7) -> list[float]:
-    """Median seconds of each backend's forward matmuls alone at 1 row (its projections back to back, on
-    random inputs), the backends interleaved as in ``latency_curves``: t(1) minus this is what the forward
-    spends outside its matmuls."""
-    g = torch.Generator().manual_seed(0)
-    fns = {}
-    for i, backend in enumerate(backends):
-        projections = backend.projections()
-        widths = {p.linears[0].in_features for p in projections}
-        xs = {w: torch.randn(1, w, generator=g).to(device=backend.device, dtype=backend.dtype) for w in widths}
-        calls = [(p, xs[p.linears[0].in_features]) for p in projections]
+def forward_matmuls(backend: Any, seed: int = 0) -> Callable[[], None]:
+    """A call that runs the backend's forward matmuls alone at 1 row (its projections back to back, on random
+    inputs): t(1) minus its time is what the forward spends outside its matmuls."""
+    g = torch.Generator().manual_seed(seed)
+    projections = backend.projections()
+    widths = {p.linears[0].in_features for p in projections}
+    xs = {w: torch.randn(1, w, generator=g).to(device=backend.device, dtype=backend.dtype) for w in widths}
+    calls = [(p, xs[p.linears[0].in_features]) for p in projections]
 
-        def forward_matmuls(calls=calls, backend=backend) -> None:
+    def run() -> None:
+        with torch.inference_mode():
             for p, x in calls:
                 p(x)
-            backend.sync()
+        backend.sync()
 
-        fns[i] = forward_matmuls
-    with torch.inference_mode():
-        times = round_robin(fns, reps)
-    return [times[i] for i in range(len(backends))]
+    return run
 
 
 def physical_memory() -> int | None:
