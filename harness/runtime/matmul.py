@@ -108,23 +108,6 @@ def bandwidth_probe(megabytes: int = 512) -> tuple[Callable[[], object], int]:
     return x.sum, x.numel() * 4
 
 
-def read_bandwidth(megabytes: int = 512, reps: int = 9) -> float:
-    """Bytes per second this machine reads from memory (:func:`bandwidth_probe`), at its fastest of
-    ``reps`` runs.
-
-    Why the fastest and not the median: on a shared machine other tenants' traffic only ever lowers the
-    figure (it ranged 11-19 GB/s between runs on one 2-core VM), and the memory bound it sets should be
-    the strictest one measured.
-    """
-    probe, nbytes = bandwidth_probe(megabytes)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        probe()
-        times.append(time.perf_counter() - t0)
-    return nbytes / min(times)
-
-
 def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1,
                 stat: str = "median") -> dict[Any, float]:
     """Seconds per function (``stat``: median or min of ``reps`` timed calls), the calls interleaved: each

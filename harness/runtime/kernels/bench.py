@@ -5,7 +5,8 @@ the LM head 576->49152, each layer with its own random weights (so nothing stays
 layers: ~538 MB in float32, as in the model), at several row counts, for plain ``F.linear`` and for
 each kernel variant this CPU can execute with float32 and with bfloat16 packed weights. Prints the
 median of ``--reps`` timed forwards after a warm-up, as a markdown table in milliseconds, with a read
-bandwidth probe (a sum over a large float32 tensor) and the weight bytes / bandwidth floor.
+bandwidth probe (a sum over a large float32 tensor, timed in the same interleaved reps with the same
+statistic) and the weight bytes / bandwidth floor.
 
 The reps are interleaved: each rep times every column at every row count once, so a slow spell of a
 shared machine (memory bandwidth here swings by 2x within minutes) falls on all columns alike and
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.runtime.kernels import available_variants, load_small_gemm
-from harness.runtime.matmul import read_bandwidth, round_robin
+from harness.runtime.matmul import bandwidth_probe, round_robin
 
 HIDDEN, INTER, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
 LAYER_SHAPES = [(HIDDEN + 2 * KV, HIDDEN), (HIDDEN, HIDDEN), (2 * INTER, HIDDEN), (HIDDEN, INTER)]  # [out, in]
@@ -57,10 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     ws = weights(args.layers)
     fp32_bytes = sum(w.numel() for w in ws) * 4
-    gbs = read_bandwidth() / 1e9
+    probe, probe_bytes = bandwidth_probe()
     inputs = {r: {k: torch.randn(r, k) for k in (HIDDEN, INTER)} for r in args.rows}
 
-    fns: dict[tuple[str, int], Callable[[], object]] = {}  # (column, rows) -> one forward's matmuls
+    # (column, rows) -> one forward's matmuls; ("probe", 0) -> the bandwidth probe, timed among them: on a VM
+    # whose bandwidth swings 2x within minutes, a probe taken once put 1-row matmuls at 0.65x its floor
+    fns: dict[tuple[str, int], Callable[[], object]] = {("probe", 0): probe}
     builds = [("", None)] + ([(f" {args.against.name}", args.against)] if args.against else [])
     with torch.inference_mode():
         if not args.no_torch:
@@ -77,11 +80,12 @@ def main(argv: list[str] | None = None) -> None:
                         fns[f"{variant} {dtype}{suffix}", r] = (
                             lambda r=r, mod=mod, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed])
         timed = round_robin(fns, args.reps, warmup=2, stat=args.stat)
+    gbs = probe_bytes / timed.pop(("probe", 0)) / 1e9
     columns: dict[str, dict[int, float]] = {}
     for (name, r), seconds in timed.items():
         columns.setdefault(name, {})[r] = 1e3 * seconds
 
-    print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (fastest sum over 512 MB), {args.layers} "
+    print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB, {args.stat} of the same reps), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
           f"{fp32_bytes / 2e6:.0f} MB bfloat16 -> floor {fp32_bytes / 2 / gbs / 1e6:.1f} ms")
     print()
