@@ -126,8 +126,9 @@ def step_inputs(backend: Backend, ks: Sequence[int], cache_len: int,
 
 
 def one_step(backend: Backend, cache_len: int = 300) -> Callable[[], None]:
-    """A call that runs one 1-token forward after ``cache_len`` entries and forgets it: t(1) as
-    :func:`latency_curves` times it, as a call to interleave with other timings (perf's memory bound)."""
+    """A call that runs one 1-token forward after ``cache_len`` random entries and forgets it (the state
+    :func:`latency_curves` measures t(1) in, without its untimed forward before each), to interleave with
+    other timings (perf's memory bound)."""
     ins = step_inputs(backend, [1], cache_len, torch.Generator().manual_seed(0))[1]
 
     def run() -> None:

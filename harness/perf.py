@@ -186,19 +186,20 @@ def parse_pld(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def memory_rounds(backends: list, cache_len: int, reps: int = 15) -> tuple[float, list[float], list[float]]:
-    """Read bandwidth (bytes/s), and each backend's t(1) and 1-row matmuls alone (s), medians of the same
-    interleaved rounds (a probe, then every backend's 1-token step and matmuls). Why: on a VM whose bandwidth
-    swings 2x within minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of the bound
-    (Zen 5, 2026-12-03): a bound and a time of different moments do not compare."""
+def memory_rounds(backends: dict[str, Any], cache_len: int,
+                  reps: int = 15) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Read bandwidth (bytes/s), and each backend's t(1) and 1-row matmuls alone (s, by its key), medians
+    of the same interleaved rounds (a probe, then every backend's 1-token step and matmuls). Why: on a VM
+    whose bandwidth swings 2x in minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of
+    the bound (Zen 5, 2026-12-03): a bound and a time of different moments do not compare."""
     probe, nbytes = bandwidth_probe()
     fns: dict[Any, Callable[[], object]] = {"probe": probe}
-    for i, backend in enumerate(backends):
-        fns["t1", i] = one_step(backend, cache_len)
-        fns["matmuls", i] = forward_matmuls(backend)
+    for key, backend in backends.items():
+        fns["t1", key] = one_step(backend, cache_len)
+        fns["matmuls", key] = forward_matmuls(backend)
     times = round_robin(fns, reps)
-    n = range(len(backends))
-    return nbytes / times["probe"], [times["t1", i] for i in n], [times["matmuls", i] for i in n]
+    return (nbytes / times["probe"], {key: times["t1", key] for key in backends},
+            {key: times["matmuls", key] for key in backends})
 
 
 def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float) -> str:
@@ -263,8 +264,8 @@ def main(argv: list[str] | None = None) -> None:
                 for dtype in args.dtype}
     curves = dict(zip(backends, latency_curves(list(backends.values()), cache_len=args.cache_len)))
     # after the curves: one_step refills each backend's cache
-    report["read_bandwidth_Bps"], t1s, matmul_s = memory_rounds(list(backends.values()), args.cache_len)
-    bandwidth, t1, matmuls = report["read_bandwidth_Bps"], dict(zip(backends, t1s)), dict(zip(backends, matmul_s))
+    bandwidth, t1, matmuls = memory_rounds(backends, args.cache_len)
+    report["read_bandwidth_Bps"] = bandwidth
     for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
         curve = curves[dtype]

@@ -86,13 +86,13 @@ def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
     from harness.perf import memory_floor_line, memory_rounds
     from tests.tiny import tiny_backend
 
-    backends = [tiny_backend(0), tiny_backend(1)]
-    assert len(backends[0].projections()) == backends[0].shape.n_layers * 4 + 1
+    backends = {"a": tiny_backend(0), "b": tiny_backend(1)}
+    assert len(backends["a"].projections()) == backends["a"].shape.n_layers * 4 + 1
     bandwidth, t1s, matmuls = memory_rounds(backends, cache_len=8, reps=5)
-    assert bandwidth > 1e8 and len(t1s) == len(matmuls) == 2
-    assert all(0 < m < t < 1 for m, t in zip(matmuls, t1s))  # a forward is its matmuls and more
-    line = memory_floor_line(backends[0], t1s[0], bandwidth=1e10, matmul_s=matmuls[0])
-    assert "its matmuls alone" in line and f"the rest {(t1s[0] - matmuls[0]) * 1e3:.1f} ms" in line
+    assert bandwidth > 1e8 and set(t1s) == set(matmuls) == {"a", "b"}
+    assert all(0 < matmuls[k] < t1s[k] < 1 for k in backends)  # a forward is its matmuls and more
+    line = memory_floor_line(backends["a"], t1s["a"], bandwidth=1e10, matmul_s=matmuls["a"])
+    assert "its matmuls alone" in line and f"the rest {(t1s['a'] - matmuls['a']) * 1e3:.1f} ms" in line
 
 
 def test_round_robin_interleaves_calls_and_skips_the_warm_up():

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     for (name, r), seconds in timed.items():
         columns.setdefault(name, {})[r] = 1e3 * seconds
 
-    print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB, {args.stat} of the same reps), {args.layers} "
+    print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB, {args.stat} of the "
+          f"same reps), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
           f"{fp32_bytes / 2e6:.0f} MB bfloat16 -> floor {fp32_bytes / 2 / gbs / 1e6:.1f} ms")
     print()
