@@ -29,6 +29,35 @@ def test_forward_matches_transformers(attn):
     torch.testing.assert_close(ours, ref, atol=ATOL, rtol=0)
 
 
+ROPES = {
+    "default": None,
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 500000.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+}
+
+
+@pytest.mark.parametrize("rope", sorted(ROPES))
+def test_rope_table_is_the_modules_values(rope):
+    """cos/sin come from a table made once per cache size, bitwise the rotary module's per-forward values,
+    except for RoPE types whose frequencies follow the positions seen (dynamic): those call the module."""
+    model = tiny_model(1, rope=ROPES[rope])
+    be = Backend(model, tokenizer=None, name="tiny", attn="sdpa")
+    be.reset(200)
+    if rope == "dynamic":
+        assert be._rope is None
+    else:
+        cos, sin = be._rope
+        assert cos.shape == sin.shape == (1, 200, be.shape.head_dim)
+        for pos in ([0], [7, 8, 9], [3, 150, 151, 199]):
+            p = torch.tensor(pos)
+            ref = model.model.rotary_emb(torch.zeros(1, 1, 1), p[None])
+            assert torch.equal(cos[:, p], ref[0]) and torch.equal(sin[:, p], ref[1])
+    ids = torch.randint(0, 48, (90,), generator=torch.Generator().manual_seed(5))  # past 32 and 64 positions
+    ours = be.forward(ids, torch.arange(90))
+    torch.testing.assert_close(ours, model(ids[None]).logits[0].float(), atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager", "kernel"])
 def test_incremental_equals_full(attn):
     """Prefill + one token at a time over the cache gives the full forward's logits."""

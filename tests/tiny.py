@@ -16,7 +16,8 @@ TINY_EOS = 3
 
 
 def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TINY_VOCAB,
-               bias: bool = False) -> LlamaForCausalLM:
+               bias: bool = False, rope: dict | None = None) -> LlamaForCausalLM:
+    """``rope``: transformers' ``rope_parameters`` (None: the default RoPE)."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
@@ -34,6 +35,7 @@ def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TI
         attn_implementation=attn_implementation,
         attention_bias=bias,
         mlp_bias=bias,
+        **({} if rope is None else {"rope_parameters": rope}),
     )
     model = LlamaForCausalLM(cfg).eval()
     return model
