@@ -105,10 +105,11 @@ def test_row_invariance(mod, n, k):
     _row_invariance(mod, mod.pack(w), n, torch.randn(300, k, generator=g))
 
 
-@pytest.mark.parametrize("k", [583, 576, 1, 2])  # odd and even K, and the shortest
-def test_bf16_weights(mod, k):
+# odd and even K, and the shortest; N: a partial 5th block, one of 8 columns after 3 whole ones (a 1-row tile
+# spanning two blocks must not take it), 15 whole blocks (runs of 2 and 1 block)
+@pytest.mark.parametrize("n,k", [(300, 583), (300, 576), (300, 1), (300, 2), (200, 576), (960, 576)])
+def test_bf16_weights(mod, n, k):
     g = torch.Generator().manual_seed(3)
-    n = 300
     w = torch.randn(n, k, generator=g) * k ** -0.5
     packed = mod.pack(w, bf16=True)
     assert packed.dtype == torch.bfloat16

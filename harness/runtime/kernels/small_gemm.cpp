@@ -124,22 +124,30 @@ inline Vec load_w(const bf16* p) {
   return out;
 }
 
-// Weight row k of a tile's NS stripes (wk: its first stripe's row k; stored stripes `stripe` elements
-// apart) as float32 vectors: wv[s][v] holds columns s * SW + v * VS ... + VS - 1 of the tile
+// Offset of a tile's stored stripe s: stripes `stripe` elements apart within a block, and a tile wider than
+// a block (TWO_BLOCKS) continues into the next block, `bstride` elements on
+template <typename T>
+inline int64_t soff(int64_t s, int64_t stripe, int64_t bstride) {
+  constexpr int64_t per_block = NSB * SW / UW<T>;  // stored stripes per block
+  return (s / per_block) * bstride + (s % per_block) * stripe;
+}
+
+// Weight row k of a tile's NS stripes (wk: its first stripe's row k; stored stripes at soff) as float32
+// vectors: wv[s][v] holds columns s * SW + v * VS ... + VS - 1 of the tile
 template <typename T, int NS>
-inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe) {
+inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe, int64_t bstride) {
   if constexpr (PAIRS<T>) {
     static_assert((NS * SV) % 2 == 0 && (NS * SW) % UWB == 0, "bfloat16 tiles take whole pairs and stripes");
     const IVec shift(16), high(int32_t(0xFFFF0000u));
     for (int q = 0; q < NS * SV / 2; ++q) {  // vectors 2q and 2q + 1 from one load: exact float32 values
       const int64_t c = q * 2 * VS;  // the pair's first column in the tile
-      const IVec raw = IVec::loadu(wk + (c / UWB) * stripe + c % UWB);
+      const IVec raw = IVec::loadu(wk + soff<T>(c / UWB, stripe, bstride) + c % UWB);
       wv[2 * q / SV][2 * q % SV] = at::vec::cast<float>(raw << shift);
       wv[(2 * q + 1) / SV][(2 * q + 1) % SV] = at::vec::cast<float>(raw & high);
     }
   } else {
     for (int s = 0; s < NS; ++s)
-      for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + s * stripe + v * VS);
+      for (int v = 0; v < SV; ++v) wv[s][v] = load_w(wk + soff<T>(s, stripe, bstride) + v * VS);
   }
 }
 
@@ -158,14 +166,15 @@ constexpr int64_t PREFETCH_BYTES = 2048;
 
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
-inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe) {
+inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe, int64_t bstride) {
   if constexpr (MT == 1 && !PAIRS<T>) {  // each weight vector used once: load it next to its FMA
     const Vec xb(xk[0]);
     for (int s = 0; s < NS; ++s)
-      for (int v = 0; v < SV; ++v) acc[0][s][v] = at::vec::fmadd(xb, load_w(wk + s * stripe + v * VS), acc[0][s][v]);
+      for (int v = 0; v < SV; ++v)
+        acc[0][s][v] = at::vec::fmadd(xb, load_w(wk + soff<T>(s, stripe, bstride) + v * VS), acc[0][s][v]);
   } else {
     Vec wv[NS][SV];
-    load_row<T, NS>(wv, wk, stripe);
+    load_row<T, NS>(wv, wk, stripe, bstride);
     for (int m = 0; m < MT; ++m) {
       const Vec xb(xk[m * K]);
       for (int s = 0; s < NS; ++s)
@@ -178,7 +187,8 @@ inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk
 // written to y (row stride ldy; `cols` valid columns from the tile's first); where the shape prefetches,
 // each weight line read is prefetched again `pf` bytes further on (0: the line itself, a no-op)
 template <typename T, int MT, int NS>
-inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, uintptr_t pf) {
+inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, uintptr_t pf,
+                 int64_t bstride = 0) {
   Vec acc[MT][NS][SV];
   for (int m = 0; m < MT; ++m)
     for (int s = 0; s < NS; ++s)
@@ -191,11 +201,12 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     for (int64_t k = 0; k < K; ++k) {
       for (int s = 0; s < NST; ++s)
-        SG_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + s * stripe + k * U) + pf));
-      step<T, MT, NS>(acc, x + k, K, w + k * U, stripe);
+        SG_PREFETCH(reinterpret_cast<const void*>(
+            reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + pf));
+      step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
     }
   } else {
-    for (int64_t k = 0; k < K; ++k) step<T, MT, NS>(acc, x + k, K, w + k * U, stripe);
+    for (int64_t k = 0; k < K; ++k) step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
   }
   if (cols >= NS * SW) {
     for (int m = 0; m < MT; ++m)
@@ -250,6 +261,20 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
 // descheduled (a busy machine) does not leave the others waiting for its share. 
 constexpr int64_t CHUNKS_PER_THREAD = 4;
 
+// 1-row bfloat16 tiles on AVX-512 span two blocks (8 accumulators, 4 stored stripes of 32 columns): a
+// block alone is only 2 of them, 2 lines a k step, and that stream stalled at ~40-43 GB/s while float32's 4
+// lines a k step read 60-66 (EPYC Zen 5, 2026-12-03, `kernels.bench --against`, min of 15-21 interleaved
+// reps): a forward's 1-row bf16 matmuls ran 4.9-5.1 ms against 6.2-6.6 when the probe read 65-75 GB/s, and
+// 0.94-1.06x at 43-49 GB/s (mostly under 1). Each output is still one accumulator summed in k order, so the
+// result is bitwise the one-block tile's. Not for float32 (8 lines a k step: 8.8 against 8.2 ms at 69
+// GB/s), nor three blocks (no better than two), nor AVX2 (16 accumulators fill its register file).
+#if defined(CPU_CAPABILITY_AVX512)
+template <typename T>
+constexpr bool TWO_BLOCKS = sizeof(T) == 2;
+#else
+template <typename T>
+constexpr bool TWO_BLOCKS = false;
+#endif
 template <typename T>
 void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, int64_t b1, float* y, int64_t n_out) {
   for (int64_t nb = b0; nb < b1; ++nb) {
@@ -257,8 +282,16 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
     float* yb = y + nb * BN;
     const int64_t cols = std::min<int64_t>(BN, n_out - nb * BN);
     const bool next = nb + 1 < b1;
-    if (M == 1)
+    if (M == 1) {
+      if constexpr (TWO_BLOCKS<T>) {  // this block and the next of the run, when both are whole
+        if (nb + 1 < b1 && n_out - (nb + 1) * BN >= BN) {
+          tile<T, 1, 2 * NSB>(x, K, wb, yb, n_out, 2 * BN, uintptr_t(PREFETCH_BYTES), NSB * K * SW);
+          ++nb;
+          continue;
+        }
+      }
       block<T, NS1, 1>(x, M, K, wb, yb, n_out, cols, next);
+    }
     else if (M == 2)
       block<T, NS2, 2>(x, M, K, wb, yb, n_out, cols, next);
     else if (M == 3 && NS3 != NSM)
@@ -275,7 +308,7 @@ void run(const float* x, int64_t M, int64_t K, const T* w, int64_t NB, float* y,
     at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) { run_blocks(x, M, K, w, b0, b1, y, n_out); });
     return;
   }
-  const int64_t chunk = std::max<int64_t>(1, NB / (threads * CHUNKS_PER_THREAD));
+  const int64_t chunk = std::max<int64_t>(M == 1 && TWO_BLOCKS<T> ? 2 : 1, NB / (threads * CHUNKS_PER_THREAD));
   const int64_t chunks = (NB + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
@@ -340,6 +373,7 @@ pybind11::dict info() {
   d["prefetch_bytes"] = PREFETCH_BYTES;
   d["prefetch_bf16_row"] = PREFETCH_BF16_ROW;
   d["chunks_per_thread"] = CHUNKS_PER_THREAD;
+  d["bf16_row_blocks"] = TWO_BLOCKS<bf16> ? 2 : 1;  // blocks a 1-row bfloat16 tile spans
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
   return d;
 }
