@@ -31,7 +31,7 @@ def _inputs(k: int, seed: int = 0):
     x = torch.randn(k, 64, generator=g)
     r = torch.randn(k, 64, generator=g)
     qkv = torch.randn(k, (4 + 2 * 2) * 16, generator=g)
-    cos, sin = model.model.rotary_emb(x[None], torch.arange(5, 5 + k)[None])  # [1, k, 16] each
+    cos, sin = (t[0] for t in model.model.rotary_emb(x[None], torch.arange(5, 5 + k)[None]))  # [k, 16] each
     gate_up = torch.randn(k, 2 * 128, generator=g) * 4
     return model, layer, x, r, qkv, cos, sin, gate_up
 
@@ -71,7 +71,7 @@ def test_fused_ops_are_row_invariant(fused):
         _, alone = fused.add_norm(x[row].clone(), r[row].clone(), layer.input_layernorm)
         assert torch.equal(alone[0], full[i])
         kc1, vc1 = torch.zeros(2, 32, 16), torch.zeros(2, 32, 16)
-        q1 = fused.rope_to_cache(qkv[row].clone(), cos[:, row].contiguous(), sin[:, row].contiguous(), kc1, vc1, i)
+        q1 = fused.rope_to_cache(qkv[row].clone(), cos[row].contiguous(), sin[row].contiguous(), kc1, vc1, i)
         assert torch.equal(q1[0, :, 0], q_full[0, :, i]) and torch.equal(kc1[:, i], kc[:, i])
         assert torch.equal(fused.act(gate_up[row].clone(), layer.mlp)[0], act_full[i])
 

@@ -105,7 +105,11 @@ class Backend:
         # attention reads them (ops.keys_transposed); values [n_layers, n_kv, capacity, head_dim]
         self._k_cache: torch.Tensor | None = None
         self._v_cache: torch.Tensor | None = None
-        # cos, sin [1, capacity, head_dim] of every position the cache holds, where they depend on the
+        # each layer's view of them, made once per cache: indexing the caches in every layer of every
+        # forward cost 60 Python tensor indexings a step (~1-2 us each after a forward flushed the caches)
+        self._k_layers: list[torch.Tensor] = []
+        self._v_layers: list[torch.Tensor] = []
+        # cos, sin [capacity, head_dim] of every position the cache holds, where they depend on the
         # position alone (see reset); None: the rotary module is called per forward
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -130,13 +134,14 @@ class Backend:
             key_size = (s.n_layers, s.n_kv_heads, s.head_dim, capacity) if self._ops.keys_transposed else size
             self._k_cache = torch.zeros(key_size, dtype=self.dtype, device=self.device)
             self._v_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
+            self._k_layers, self._v_layers = list(self._k_cache.unbind(0)), list(self._v_cache.unbind(0))
             self._rope = self._rope_table(capacity)
         self.length = 0
         self._pending = 0
         self.counters = Counters()
 
     def _rope_table(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The rotary module's cos and sin for positions 0..capacity-1, [1, capacity, head_dim] each; None
+        """The rotary module's cos and sin for positions 0..capacity-1, [capacity, head_dim] each; None
         for the RoPE types whose frequencies follow the longest position seen (transformers' dynamic and
         longrope). The others compute them elementwise from the position, so a row of the table is bitwise
         what a per-forward call gives (tests compare). Why: that call cost 140-260 us of a 8-10 ms 1-token
@@ -147,7 +152,8 @@ class Backend:
             return None
         dummy = torch.zeros(1, 1, 1, dtype=self.dtype, device=self.device)  # the module reads its dtype, device
         with torch.inference_mode():
-            return rotary(dummy, torch.arange(capacity, device=self.device)[None])
+            cos, sin = rotary(dummy, torch.arange(capacity, device=self.device)[None])  # [1, capacity, d] each
+            return cos[0], sin[0]
 
     def commit(self, keep: list[int] | None = None) -> None:
         """Keep the new entries at relative indices ``keep`` (ascending; None = all) of the last forward."""
@@ -203,14 +209,15 @@ class Backend:
         model = self.model.model
         x = model.embed_tokens(input_ids)  # [k, hidden]
         if self._rope is None:
-            cos, sin = model.rotary_emb(x[None], positions[None])  # [1, k, head_dim] each
+            cos, sin = (t[0] for t in model.rotary_emb(x[None], positions[None]))  # [k, head_dim] each
         else:
-            cos, sin = (t.index_select(1, positions) for t in self._rope)
+            cos, sin = (t.index_select(0, positions) for t in self._rope)  # [k, head_dim] each
         s, ops = self.shape, self._ops
         mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
         add = None  # what the last layer adds to the residual stream x
+        kcs, vcs = self._k_layers, self._v_layers
         for i in range(s.n_layers):
-            x, add = ops.layer(i, x, add, cos, sin, self._k_cache[i], self._v_cache[i], L, mask)  # [k, hidden] each
+            x, add = ops.layer(i, x, add, cos, sin, kcs[i], vcs[i], L, mask)  # [k, hidden] each
         if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
             x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
         _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]

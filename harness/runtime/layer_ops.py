@@ -44,7 +44,7 @@ class TorchOps:
     def layer(self, i: int, x: torch.Tensor, add: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
               kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Decoder layer ``i`` on the residual stream x [k, hidden] plus ``add`` (what the previous layer adds;
-        None for the first); cos/sin [1, k, d]; kc/vc its caches; mask from :meth:`step_mask`. Returns the
+        None for the first); cos/sin [k, d]; kc/vc its caches; mask from :meth:`step_mask`. Returns the
         new stream x and what this layer adds, [k, hidden] each."""
         layer, proj = self.layers[i]
         x, h = self.add_norm(x, add, layer.input_layernorm)  # [k, hidden] each
@@ -60,13 +60,13 @@ class TorchOps:
 
     def rope_to_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kc: torch.Tensor,
                       vc: torch.Tensor, L: int) -> torch.Tensor:
-        """qkv [k, (H + 2 Hkv) d]; cos/sin [1, k, d]; kc/vc [Hkv, capacity, d], the layer's cache, whose
+        """qkv [k, (H + 2 Hkv) d]; cos/sin [k, d]; kc/vc [Hkv, capacity, d], the layer's cache, whose
         entries L..L+k get the rotated keys and the values. Returns the rotated queries [1, H, k, d]."""
         k = qkv.shape[0]
         q, kk, v = qkv.split(self.split, dim=-1)
         q = q.reshape(k, self.H, self.d).transpose(0, 1)[None]  # [1, H, k, d]
         kk = kk.reshape(k, self.Hkv, self.d).transpose(0, 1)[None]  # [1, Hkv, k, d]
-        q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
+        q, kk = apply_rotary_pos_emb(q, kk, cos[None], sin[None])
         kc[:, L : L + k] = kk[0]
         vc[:, L : L + k] = v.reshape(k, self.Hkv, self.d).transpose(0, 1)
         return q
@@ -144,14 +144,14 @@ class FusedOps(TorchOps):
               kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if not self._whole:
             return super().layer(i, x, add, cos, sin, kc, vc, L, mask)
-        return x, self._whole[i].forward(x, add, cos[0], sin[0], kc, vc, L, mask)  # x updated in place
+        return x, self._whole[i].forward(x, add, cos, sin, kc, vc, L, mask)  # x updated in place
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.kernel.add_rms_norm(x, r, norm.weight, norm.variance_epsilon)  # x += r in place
 
     def rope_to_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kc: torch.Tensor,
                       vc: torch.Tensor, L: int) -> torch.Tensor:
-        return self.kernel.rope_to_cache(qkv, cos[0], sin[0], kc, vc, L, self.H, self.Hkv, self.keys_transposed)
+        return self.kernel.rope_to_cache(qkv, cos, sin, kc, vc, L, self.H, self.Hkv, self.keys_transposed)
 
     def act(self, gate_up: torch.Tensor, mlp: torch.nn.Module) -> torch.Tensor:
         return self.kernel.silu_mul(gate_up)
