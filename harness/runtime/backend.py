@@ -105,10 +105,6 @@ class Backend:
         # attention reads them (ops.keys_transposed); values [n_layers, n_kv, capacity, head_dim]
         self._k_cache: torch.Tensor | None = None
         self._v_cache: torch.Tensor | None = None
-        # each layer's view of them, made once per cache: indexing the caches in every layer of every
-        # forward cost 60 Python tensor indexings a step (~1-2 us each after a forward flushed the caches)
-        self._k_layers: list[torch.Tensor] = []
-        self._v_layers: list[torch.Tensor] = []
         # cos, sin [capacity, head_dim] of every position the cache holds, where they depend on the
         # position alone (see reset); None: the rotary module is called per forward
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -134,7 +130,6 @@ class Backend:
             key_size = (s.n_layers, s.n_kv_heads, s.head_dim, capacity) if self._ops.keys_transposed else size
             self._k_cache = torch.zeros(key_size, dtype=self.dtype, device=self.device)
             self._v_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
-            self._k_layers, self._v_layers = list(self._k_cache.unbind(0)), list(self._v_cache.unbind(0))
             self._rope = self._rope_table(capacity)
         self.length = 0
         self._pending = 0
@@ -214,10 +209,8 @@ class Backend:
             cos, sin = (t.index_select(0, positions) for t in self._rope)  # [k, head_dim] each
         s, ops = self.shape, self._ops
         mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
-        add = None  # what the last layer adds to the residual stream x
-        kcs, vcs = self._k_layers, self._v_layers
-        for i in range(s.n_layers):
-            x, add = ops.layer(i, x, add, cos, sin, kcs[i], vcs[i], L, mask)  # [k, hidden] each
+        # x: the residual stream, add: what the last layer adds to it, [k, hidden] each
+        x, add = ops.run_layers(x, cos, sin, self._k_cache, self._v_cache, L, mask)
         if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
             x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
         _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]

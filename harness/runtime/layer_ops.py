@@ -53,6 +53,15 @@ class TorchOps:
         x, h = self.add_norm(x, proj.o(o), layer.post_attention_layernorm)
         return x, proj.down(self.act(proj.gate_up(h), layer.mlp))
 
+    def run_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every decoder layer in turn (:meth:`layer`), on the caches of all layers ([n_layers, ...] each).
+        Returns the residual stream x and what the last layer adds (None without layers)."""
+        add = None
+        for i in range(len(self.layers)):
+            x, add = self.layer(i, x, add, cos, sin, k_cache[i], v_cache[i], L, mask)  # [k, hidden] each
+        return x, add
+
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """x [k, h] (+ r) -> (the new residual stream x, norm(x)), both [k, h]."""
         x = x if r is None else x + r
@@ -125,6 +134,7 @@ class FusedOps(TorchOps):
         # with our attention and every matmul ours: each layer as one call, its weights bound once
         whole = attn == "kernel" and all(p.small is not None for _, lp in self.layers for p in lp.all())
         self._whole = [self._bind(layer, proj) for layer, proj in self.layers] if whole else []
+        self._stack = kernel.Stack(self._whole) if whole else None  # all of them in one call
 
     @property
     def keys_transposed(self) -> bool:  # type: ignore[override]
@@ -145,6 +155,12 @@ class FusedOps(TorchOps):
         if not self._whole:
             return super().layer(i, x, add, cos, sin, kc, vc, L, mask)
         return x, self._whole[i].forward(x, add, cos, sin, kc, vc, L, mask)  # x updated in place
+
+    def run_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self._stack is None:
+            return super().run_layers(x, cos, sin, k_cache, v_cache, L, mask)
+        return x, self._stack.forward(x, cos, sin, k_cache, v_cache, L, mask)  # x updated in place
 
     def add_norm(self, x: torch.Tensor, r: torch.Tensor | None, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.kernel.add_rms_norm(x, r, norm.weight, norm.variance_epsilon)  # x += r in place
