@@ -215,7 +215,7 @@ class Decoder(ABC):
         logits = backend.forward(
             torch.tensor(ids, device=dev), torch.tensor(rel, device=dev) + L, mask, rows
         )  # [1 + t (+ W), vocab]
-        pred = logits.argmax(-1).tolist()
+        pred = backend.argmax(logits)  # [1 + t (+ W)] token ids
         verdict = self.verify(tree, logits[: 1 + t], pred, sampling, gen)
         backend.commit([0] + [1 + n for n in verdict.nodes])
         return StepOutput(verdict=verdict, tree_pred=pred[: 1 + t], window_pred=pred[1 + t :])

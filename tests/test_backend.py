@@ -19,6 +19,17 @@ def _fresh(attn: str, seed: int = 1) -> Backend:
     return Backend(model, tokenizer=None, name="tiny", attn=attn)
 
 
+@pytest.mark.parametrize("matmul", ["library", "auto"])
+def test_argmax_is_torchs(matmul):
+    """Backend.argmax (our kernel's loop where it runs) gives logits.argmax(-1): ties and NaN included."""
+    be = Backend(tiny_model(1), tokenizer=None, name="tiny", matmul=matmul)
+    assert (be._kernel is None) == (matmul == "library")
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(2))
+    x[1, 7] = x[1, 200] = 9.0
+    x[3, 150] = float("nan")
+    assert be.argmax(x) == x.argmax(-1).tolist() and be.argmax(x[:1]) == [int(x[0].argmax())]
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager", "kernel"])
 def test_forward_matches_transformers(attn):
     be = _fresh(attn)

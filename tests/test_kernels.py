@@ -312,3 +312,24 @@ def test_bench_times_a_copy_beside_ours(tmp_path, capsys):
     assert "| rows | baseline bf16 | baseline bf16 edited |" in out
     rows = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert len(rows) == 2 and all(len(r.split("|")) == 5 for r in rows)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 17, 64, 1000, 49152])
+def test_argmax_rows_is_torchs(mod, n):
+    """argmax_rows gives torch.argmax's index: the first maximum, ties, -0.0 / 0.0, -inf rows, NaN first."""
+    g = torch.Generator().manual_seed(n)
+    rows = [torch.randn(n, generator=g), torch.full((n,), float("-inf")), torch.zeros(n),
+            torch.randint(0, 3, (n,), generator=g).float()]  # many ties
+    signed = torch.zeros(n)
+    signed[::2] = -0.0
+    rows.append(signed)
+    for at in {0, n // 2, n - 1}:  # a NaN at the start, middle or end; a second one later
+        r = torch.randn(n, generator=g)
+        r[at] = float("nan")
+        if at + 3 < n:
+            r[at + 3] = float("nan")
+        rows.append(r)
+    x = torch.stack(rows)  # [rows, n]
+    assert mod.argmax_rows(x) == x.argmax(-1).tolist()
+    for i in range(len(rows)):
+        assert mod.argmax_rows(x[i : i + 1].contiguous()) == [int(x[i].argmax())]

@@ -81,6 +81,7 @@ class Backend:
         # the forward's matmuls, prepacked on CPU (see harness.runtime.matmul); decided once, not per call
         pack = can_pack(model)
         kernel = select_kernel(matmul, model)
+        self._kernel = kernel  # also for argmax
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights)
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
@@ -226,6 +227,14 @@ class Backend:
         return logits
 
     # ---- helpers used by every decoder -------------------------------------------------------------
+    def argmax(self, logits: torch.Tensor) -> list[int]:
+        """Each row's argmax of logits [r, vocab], as ``logits.argmax(-1).tolist()`` gives it (the first
+        maximum; NaN counts as the maximum), through our kernel's vectorised loop where it runs: torch's
+        took 59 us for one SmolLM2 row with warm caches and 125 after a forward (Zen 5), per greedy step."""
+        if self._kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32:
+            return self._kernel.argmax_rows(logits.contiguous())
+        return logits.argmax(-1).tolist()
+
     def start(self, prompt_ids: list[int], extra: int) -> float:
         """Reset the cache for ``len(prompt) + extra`` entries and prefill all but the last prompt token.
 
