@@ -18,7 +18,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 import torch
 
 from decoders.sampling import SamplingParams
@@ -174,7 +173,8 @@ class Decoder(ABC):
     def verify(
         self, tree: DraftTree, logits: torch.Tensor, pred: list[int], sampling: SamplingParams, gen: torch.Generator
     ) -> Verdict:
-        """Greedy walk, or speculative sampling over the tree. ``logits``: [1 + len(tree), vocab].
+        """Greedy walk, or speculative sampling over the tree. ``logits``: [1 + len(tree) (+ the window's
+        rows, not read), vocab].
 
         A method (not inlined) so tests can substitute a deliberately wrong verifier and show that the
         distribution tests catch it.
@@ -191,31 +191,22 @@ class Decoder(ABC):
         t = len(tree)
         L = backend.length
         ids = [root] + tree.tokens
-        rel = [0] + tree.depths
-        w_rows: list[int] = []
+        pos = [L] + [L + d for d in tree.depths]  # absolute positions
+        # the [k, k] mask in Python rows, one tensor call: everyone sees the root, the tree and the window
+        # only themselves (numpy and torch calls on a few rows cost more than the arithmetic, cold)
+        k = 1 + t + (window.size if window is not None else 0)
+        mask_rows = [[True] + [False] * (k - 1)] + [[True] + row + [False] * (k - 1 - t) for row in tree.mask()]
+        rows = None
         if window is not None:
             w_rel, w_mask = window.layout()
             ids += window.tokens()
-            rel += w_rel.tolist()
-            w_rows = [1 + t + i for i in window.top_rows()]
-        k = len(ids)
-        dev = backend.device
-        if k == 1:
-            mask = None
-            rows = None
-        else:
-            m = np.zeros((k, k), dtype=bool)
-            m[:, 0] = True  # everyone sees the root
-            if t:
-                m[1 : 1 + t, 1 : 1 + t] = tree.mask()
-            if window is not None:
-                m[1 + t :, 1 + t :] = w_mask
-            mask = torch.from_numpy(m).to(dev)
-            rows = None if window is None else torch.tensor(list(range(1 + t)) + w_rows, device=dev)
-        logits = backend.forward(
-            torch.tensor(ids, device=dev), torch.tensor(rel, device=dev) + L, mask, rows
-        )  # [1 + t (+ W), vocab]
+            pos += [L + r for r in w_rel]
+            mask_rows += [[True] + [False] * t + row for row in w_mask]
+            rows = torch.tensor(list(range(1 + t)) + [1 + t + i for i in window.top_rows()], device=backend.device)
+        mask = torch.tensor(mask_rows, device=backend.device) if k > 1 else None
+        logits = backend.forward(torch.tensor(ids, device=backend.device), torch.tensor(pos, device=backend.device),
+                                 mask, rows)  # [1 + t (+ W), vocab]
         pred = backend.argmax(logits)  # [1 + t (+ W)] token ids
-        verdict = self.verify(tree, logits[: 1 + t], pred, sampling, gen)
+        verdict = self.verify(tree, logits, pred, sampling, gen)
         backend.commit([0] + [1 + n for n in verdict.nodes])
         return StepOutput(verdict=verdict, tree_pred=pred[: 1 + t], window_pred=pred[1 + t :])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from decoders.sampling import SamplingParams, target_probs
@@ -59,15 +58,17 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def mask(self) -> np.ndarray:
-        """[T, T] bool: node i sees node j iff j is i or an ancestor of i."""
+    def mask(self) -> list[list[bool]]:
+        """[T][T]: node i sees node j iff j is i or an ancestor of i. Python rows, as the window's layout:
+        a step lays its whole mask out in lists and makes one tensor of it (each numpy or torch call on a
+        step's few rows cost more than the arithmetic, after a forward had flushed the caches)."""
         t = len(self.tokens)
-        m = np.zeros((t, t), dtype=bool)
+        rows: list[list[bool]] = []
         for i, p in enumerate(self.parents):
-            if p >= 0:
-                m[i] = m[p]
-            m[i, i] = True
-        return m
+            row = list(rows[p]) if p >= 0 else [False] * t
+            row[i] = True
+            rows.append(row)
+        return rows
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def verify_greedy(tree: DraftTree, pred: list[int]) -> Verdict:
 def verify_sampling(
     tree: DraftTree, logits: torch.Tensor, params: SamplingParams, gen: torch.Generator
 ) -> Verdict:
-    """``logits``: [1 + T, vocab] rows for the root and each node (float32, any device).
+    """``logits``: [1 + T (+ more), vocab] rows for the root and each node (float32, any device); rows
+    after the tree's (a lookahead step's window) are not read.
 
     Each visited row is warped on the CPU, where ``gen`` lives: a CPU generator cannot drive
     ``torch.multinomial`` on a CUDA tensor, and CPU draws keep a seed's output device-independent.

@@ -21,7 +21,7 @@ class LookaheadWindow:
     W: int
     N: int
     levels: list[list[int]] = field(default_factory=list)  # levels[l][j], oldest first
-    _layouts: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _layouts: dict[int, tuple[list[int], list[list[bool]]]] = field(default_factory=dict)
 
     @classmethod
     def seeded(cls, W: int, N: int, prompt_ids: list[int], rng: np.random.Generator) -> LookaheadWindow:
@@ -42,20 +42,21 @@ class LookaheadWindow:
         """Window tokens, level-major: level 0 columns 0..W-1, then level 1, ..."""
         return [t for level in self.levels for t in level]
 
-    def layout(self) -> tuple[np.ndarray, np.ndarray]:
-        """(relative positions [n], mask [n, n] bool among window tokens) for the current level count."""
+    def layout(self) -> tuple[list[int], list[list[bool]]]:
+        """(relative positions [n], mask [n][n] among window tokens) for the current level count, cached:
+        callers must not modify them."""
         n_lev = len(self.levels)
         cached = self._layouts.get(n_lev)
         if cached is None:
             W = self.W
             n = n_lev * W
-            rel = np.array([lev + col + 1 for lev in range(n_lev) for col in range(W)], dtype=np.int64)
-            mask = np.zeros((n, n), dtype=bool)
+            rel = [lev + col + 1 for lev in range(n_lev) for col in range(W)]
+            mask = [[False] * n for _ in range(n)]
             for lev in range(n_lev):
                 for col in range(W):
                     i = lev * W + col
-                    mask[i, :col] = True  # level 0, columns to the left
-                    mask[i, col : (lev + 1) * W : W] = True  # own column, levels 0..lev
+                    for j in [*range(col), *range(col, (lev + 1) * W, W)]:
+                        mask[i][j] = True  # level 0 columns to the left; its own column, levels 0..lev
             cached = (rel, mask)
             self._layouts[n_lev] = cached
         return cached
