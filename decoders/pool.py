@@ -80,12 +80,15 @@ def lookup_match(seq: list[int], max_ngram: int, num_pred: int) -> tuple[int, li
     n_seq = len(seq)
     for n in range(min(max_ngram, n_seq - 1), 0, -1):
         suffix = seq[n_seq - n :]
-        first = suffix[0]
-        for start in range(n_seq - n):  # occurrences ending before the suffix itself
-            if seq[start] == first and seq[start : start + n] == suffix:
-                cont = seq[start + n : start + n + num_pred]
-                if cont:
-                    return n, cont
+        start, end = 0, n_seq - n  # occurrences that start before the suffix itself (a continuation follows)
+        while True:
+            try:  # the next occurrence of the suffix's first token, found by list.index (C), not a Python loop
+                start = seq.index(suffix[0], start, end)
+            except ValueError:
+                break
+            if seq[start : start + n] == suffix:
+                return n, seq[start + n : start + n + num_pred]
+            start += 1
     return 0, []
 
 
