@@ -231,7 +231,8 @@ class Backend:
         """Each row's argmax of logits [r, vocab], as ``logits.argmax(-1).tolist()`` gives it (the first
         maximum; NaN counts as the maximum), through our kernel's vectorised loop where it runs: torch's
         took 59 us for one SmolLM2 row with warm caches and 125 after a forward (Zen 5), per greedy step."""
-        if self._kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32:
+        if (self._kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32
+                and logits.shape[-1] < 1 << 24):  # the kernel holds indices as floats
             return self._kernel.argmax_rows(logits.contiguous())
         return logits.argmax(-1).tolist()
 
