@@ -131,10 +131,9 @@ class FusedOps(TorchOps):
                  layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
         super().__init__(n_heads, n_kv_heads, head_dim, attn, layers)
         self.kernel = kernel
-        # with our attention and every matmul ours: each layer as one call, its weights bound once
+        # with our attention and every matmul ours: all layers in one call (layer.cpp), weights bound once
         whole = attn == "kernel" and all(p.small is not None for _, lp in self.layers for p in lp.all())
-        self._whole = [self._bind(layer, proj) for layer, proj in self.layers] if whole else []
-        self._stack = kernel.Stack(self._whole) if whole else None  # all of them in one call
+        self._stack = kernel.Stack([self._bind(layer, proj) for layer, proj in self.layers]) if whole else None
 
     @property
     def keys_transposed(self) -> bool:  # type: ignore[override]
@@ -149,12 +148,6 @@ class FusedOps(TorchOps):
         for p in proj.all():  # qkv, o, gate_up, down
             args += [p.small, p.out_features, p.bias]
         return self.kernel.Layer(*args, self.H, self.Hkv, layer.self_attn.scaling)
-
-    def layer(self, i: int, x: torch.Tensor, add: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-              kc: torch.Tensor, vc: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self._whole:
-            return super().layer(i, x, add, cos, sin, kc, vc, L, mask)
-        return x, self._whole[i].forward(x, add, cos, sin, kc, vc, L, mask)  # x updated in place
 
     def run_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -105,10 +105,7 @@ void register_layer(pybind11::module_& m) {
            py::arg("in_norm"), py::arg("in_eps"), py::arg("post_norm"), py::arg("post_eps"), py::arg("qkv"),
            py::arg("n_qkv"), py::arg("b_qkv"), py::arg("o"), py::arg("n_o"), py::arg("b_o"), py::arg("gate_up"),
            py::arg("n_gate_up"), py::arg("b_gate_up"), py::arg("down"), py::arg("n_down"), py::arg("b_down"),
-           py::arg("H"), py::arg("Hkv"), py::arg("scale"))
-      .def("forward", &Layer::forward, "the layer on x [k, hidden] (updated in place); returns what it adds",
-           py::arg("x"), py::arg("add"), py::arg("cos"), py::arg("sin"), py::arg("kt"), py::arg("vc"), py::arg("L"),
-           py::arg("mask"));
+           py::arg("H"), py::arg("Hkv"), py::arg("scale"));  // run from Python through Stack
   py::class_<Stack>(m, "Stack", "every decoder layer of a step in one call (see layer.cpp)")
       .def(py::init<std::vector<Layer>>(), py::arg("layers"))
       .def("forward", &Stack::forward, "the layers in turn on x [k, hidden] (updated in place); returns what the "
