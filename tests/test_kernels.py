@@ -125,6 +125,27 @@ def test_bf16_weights(mod, n, k):
     _row_invariance(mod, packed, n, x)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_thread_count_never_changes_a_result(mod, bf16):
+    """Which thread computes which blocks (own runs, blocks taken from another's back: more threads than
+    cores makes the OS deschedule some) must not change a bit."""
+    g = torch.Generator().manual_seed(11)
+    shapes = [(960, 576), (576, 1536), (200, 64), (64 * 31 + 5, 96)]  # 15, 9, 4 and 32 (last partial) blocks
+    cases = [(mod.pack(torch.randn(n, k, generator=g) * k ** -0.5, bf16=bf16), n, torch.randn(13, k, generator=g))
+             for n, k in shapes]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = [[mod.linear(x[:m].contiguous(), p, n) for m in (1, 2, 3, 13)] for p, n, x in cases]
+        for threads in (2, 3, 5):
+            torch.set_num_threads(threads)
+            for _ in range(3):
+                got = [[mod.linear(x[:m].contiguous(), p, n) for m in (1, 2, 3, 13)] for p, n, x in cases]
+                assert all(torch.equal(a, b) for ws, gs in zip(want, got) for a, b in zip(ws, gs)), threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_describe(mod):
     info = mod.kernel_info
     expected = EXPECTED_ISA.get(info.variant) or ("NEON" if platform.machine().lower() in ("aarch64", "arm64")

@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 namespace {
 
@@ -256,11 +257,6 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
   }
 }
 
-// Work split: 0 = static (at::parallel_for hands each thread one contiguous run of blocks); n > 0 =
-// dynamic: runs of about NB / (threads * n) blocks taken from a shared counter, so a thread the OS
-// descheduled (a busy machine) does not leave the others waiting for its share. 
-constexpr int64_t CHUNKS_PER_THREAD = 4;
-
 // 1-row bfloat16 tiles on AVX-512 span two blocks (8 accumulators, 4 stored stripes of 32 columns): a
 // block alone is only 2 of them, 2 lines a k step, and that stream stalled at ~40-43 GB/s while float32's 4
 // lines a k step read 60-66 (EPYC Zen 5, 2026-12-03, `kernels.bench --against`, min of 15-21 interleaved
@@ -276,12 +272,13 @@ template <typename T>
 constexpr bool TWO_BLOCKS = false;
 #endif
 template <typename T>
-void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, int64_t b1, float* y, int64_t n_out) {
+void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, int64_t b1, float* y, int64_t n_out,
+                int64_t run_end) {
   for (int64_t nb = b0; nb < b1; ++nb) {
     const T* wb = w + nb * NSB * K * SW;
     float* yb = y + nb * BN;
     const int64_t cols = std::min<int64_t>(BN, n_out - nb * BN);
-    const bool next = nb + 1 < b1;
+    const bool next = nb + 1 < run_end;  // the thread's next block: its lines may be prefetched
     if (M == 1) {
       if constexpr (TWO_BLOCKS<T>) {  // this block and the next of the run, when both are whole
         if (nb + 1 < b1 && n_out - (nb + 1) * BN >= BN) {
@@ -301,19 +298,69 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
   }
 }
 
+// Work split. Each thread owns one contiguous run of blocks (1/threads of them, cut at whole claim units),
+// works through it from the front, and when done takes units from the back of the run with the most left,
+// so a thread the OS descheduled (a busy machine) does not leave the others waiting for its share.
+// Against runs of NB / (4 * threads) blocks handed out from one counter in turn (the split before,
+// 2026-12-03, EPYC Zen 5): a forward's 3-6 row bf16 matmuls 0.83-0.91x, float32 and 1 row 0.95-0.99x
+// (`kernels.bench`-style, min of 21 interleaved reps at 69-73 GB/s; two identical builds differ by up to
+// 5% there); a SmolLM2 forward 0.95-0.98x (median of 100 paired reps). A static split (one run each, no
+// stealing) was as fast within that noise. Which blocks a thread takes never changes a result: each
+// output is one accumulator summed in k order, whichever tile computes it.
+// A run [lo, hi) is one word, so the owner (from the front) and a thief (from the back) claim blocks with
+// one compare-and-swap each; one cache line per run.
+struct alignas(64) Run {
+  std::atomic<uint64_t> span{0};
+  static uint64_t pack(int64_t lo, int64_t hi) { return uint64_t(lo) | uint64_t(hi) << 32; }
+  // n blocks [b0, b1) from the front (back: from the back), fewer where fewer are left; false when none
+  // are; end: where the claimer's run of consecutive blocks ends (a thief's: at its claim)
+  bool claim(int64_t n, bool back, int64_t& b0, int64_t& b1, int64_t& end) {
+    uint64_t cur = span.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t lo = int64_t(cur & 0xFFFFFFFFu), hi = int64_t(cur >> 32);
+      if (lo >= hi) return false;
+      const int64_t take = std::min(n, hi - lo);
+      if (span.compare_exchange_weak(cur, back ? pack(lo, hi - take) : pack(lo + take, hi),
+                                     std::memory_order_relaxed)) {
+        b0 = back ? hi - take : lo;
+        b1 = b0 + take;
+        end = back ? b1 : hi;
+        return true;
+      }
+    }
+  }
+  int64_t left() const {
+    const uint64_t cur = span.load(std::memory_order_relaxed);
+    return int64_t(cur >> 32) - int64_t(cur & 0xFFFFFFFFu);
+  }
+};
+
 template <typename T>
 void run(const float* x, int64_t M, int64_t K, const T* w, int64_t NB, float* y, int64_t n_out) {
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), NB);
-  if (CHUNKS_PER_THREAD <= 0 || threads <= 1) {
-    at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) { run_blocks(x, M, K, w, b0, b1, y, n_out); });
+  if (threads <= 1 || NB > 0xFFFFFFFFLL) {
+    at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) { run_blocks(x, M, K, w, b0, b1, y, n_out, b1); });
     return;
   }
-  const int64_t chunk = std::max<int64_t>(M == 1 && TWO_BLOCKS<T> ? 2 : 1, NB / (threads * CHUNKS_PER_THREAD));
-  const int64_t chunks = (NB + chunk - 1) / chunk;
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
-      run_blocks(x, M, K, w, c * chunk, std::min(NB, (c + 1) * chunk), y, n_out);
+  const int64_t unit = M == 1 && TWO_BLOCKS<T> ? 2 : 1;  // blocks a claim takes at least (a 1-row bf16 tile's)
+  const int64_t units = (NB + unit - 1) / unit, per = (units + threads - 1) / threads * unit;  // blocks a run
+  std::unique_ptr<Run[]> runs(new Run[threads]);
+  for (int64_t t = 0; t < threads; ++t)
+    runs[t].span.store(Run::pack(std::min(NB, t * per), std::min(NB, (t + 1) * per)), std::memory_order_relaxed);
+  at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {  // one t per thread (all of them where the team is smaller)
+      int64_t b0, b1, end;
+      // own run: half of what is left at a time, so a thief finds whole units at the back
+      while (runs[t].claim(std::max(unit, runs[t].left() / 2 / unit * unit), false, b0, b1, end))
+        run_blocks(x, M, K, w, b0, b1, y, n_out, end);
+      for (;;) {  // then the others', one unit at a time from the back of the longest
+        int64_t victim = -1, most = 0;
+        for (int64_t v = 0; v < threads; ++v)
+          if (const int64_t n = runs[v].left(); n > most) most = n, victim = v;
+        if (victim < 0) break;
+        if (runs[victim].claim(unit, true, b0, b1, end)) run_blocks(x, M, K, w, b0, b1, y, n_out, end);
+      }
+    }
   });
 }
 
@@ -372,7 +419,7 @@ pybind11::dict info() {
   d["row_tile"] = MT_MAX;
   d["prefetch_bytes"] = PREFETCH_BYTES;
   d["prefetch_bf16_row"] = PREFETCH_BF16_ROW;
-  d["chunks_per_thread"] = CHUNKS_PER_THREAD;
+  d["work_split"] = "a run of blocks per thread, the rest taken from the back";
   d["bf16_row_blocks"] = TWO_BLOCKS<bf16> ? 2 : 1;  // blocks a 1-row bfloat16 tile spans
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
   return d;
