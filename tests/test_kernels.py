@@ -321,18 +321,18 @@ def test_sources_from_an_edited_copy(tmp_path):
         K.load_small_gemm("baseline", source_dir=copy)
 
 
-def test_bench_times_a_copy_beside_ours(tmp_path, capsys):
-    """``kernels.bench --against DIR``: one column per build, timed interleaved (an identical copy: the
-    cached build, loaded twice)."""
+def test_bench_times_copies_beside_ours(tmp_path, capsys):
+    """``kernels.bench --against DIR...``: one column per build, timed interleaved (identical copies: the
+    cached build, loaded under each directory's name)."""
     from harness.runtime.kernels import bench
 
-    copy = _copy_sources(tmp_path / "edited")
+    copies = [_copy_sources(tmp_path / "edited"), _copy_sources(tmp_path / "control")]
     bench.main(["--rows", "1", "2", "--reps", "1", "--layers", "1", "--variants", "baseline", "--no-torch",
-                "--dtypes", "bf16", "--against", str(copy)])
+                "--dtypes", "bf16", "--against", *map(str, copies)])
     out = capsys.readouterr().out
-    assert "| rows | baseline bf16 | baseline bf16 edited |" in out
+    assert "| rows | baseline bf16 | baseline bf16 edited | baseline bf16 control |" in out
     rows = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
-    assert len(rows) == 2 and all(len(r.split("|")) == 5 for r in rows)
+    assert len(rows) == 2 and all(len(r.split("|")) == 6 for r in rows)
 
 
 @pytest.mark.parametrize("n", [1, 3, 8, 17, 64, 1000, 49152])

@@ -10,8 +10,8 @@ statistic) and the weight bytes / bandwidth floor.
 
 The reps are interleaved: each rep times every column at every row count once, so a slow spell of a
 shared machine (memory bandwidth here swings by 2x within minutes) falls on all columns alike and
-their ratios stay comparable. ``--against DIR`` adds a column per variant and weight type built from
-an edited copy of the kernel sources in DIR (``cp harness/runtime/kernels/*.cpp DIR``, edit, run): an
+their ratios stay comparable. ``--against DIR...`` adds a column per variant and weight type built from
+an edited copy of the kernel sources in each DIR (``cp harness/runtime/kernels/*.cpp DIR``, edit, run): an
 A/B of a kernel change in one command, instead of a throwaway script.
 """
 
@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip F.linear")
     ap.add_argument("--stat", choices=["median", "min"], default="median",
                     help="median (default) or min of the reps (min: the least disturbed by other processes)")
-    ap.add_argument("--against", type=Path, default=None, metavar="DIR",
-                    help="also time the variants built from the kernel sources in DIR (an edited copy), interleaved")
+    ap.add_argument("--against", type=Path, nargs="+", default=[], metavar="DIR",
+                    help="also time the variants built from the kernel sources in each DIR (an edited copy), "
+                         "interleaved; an unedited copy beside them shows the noise between identical builds")
     ap.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                     help="packed weight types to time")
     args = ap.parse_args(argv)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     # (column, rows) -> one forward's matmuls; ("probe", 0) -> the bandwidth probe, timed among them: on a VM
     # whose bandwidth swings 2x within minutes, a probe taken once put 1-row matmuls at 0.65x its floor
     fns: dict[tuple[str, int], Callable[[], object]] = {("probe", 0): probe}
-    builds = [("", None)] + ([(f" {args.against.name}", args.against)] if args.against else [])
+    builds = [("", None)] + [(f" {d.name}", d) for d in args.against]
     with torch.inference_mode():
         if not args.no_torch:
             for r in args.rows:
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(f"milliseconds per forward's matmuls ({args.stat} of {args.reps} interleaved reps after warm-up); floor = "
           "weight bytes / read bandwidth (bf16 columns: half the bytes)"
-          + (f"; columns ending in {args.against.name}: built from the sources in {args.against}" if args.against else ""))
+          + "".join(f"; columns ending in {d.name}: built from the sources in {d}" for d in args.against))
 
 
 if __name__ == "__main__":
