@@ -304,9 +304,9 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
 // Against runs of NB / (4 * threads) blocks handed out from one counter in turn (the split before,
 // 2026-12-03, EPYC Zen 5, `kernels.bench --against`, min of 21 interleaved reps at 69-73 GB/s, where two
 // identical builds differ by up to 5%): a forward's 3-6 row bf16 matmuls 0.86-0.93x, float32 0.92-0.99x,
-// 1-row bf16 0.97-1.01x (AVX2 forced: 0.94-1.0x); a SmolLM2 forward 0.95-0.98x (median of 100 paired reps). A static split (one run each, no
-// stealing) was as fast within that noise. Which blocks a thread takes never changes a result: each
-// output is one accumulator summed in k order, whichever tile computes it.
+// 1-row bf16 0.97-1.01x (AVX2 forced: 0.94-1.0x); a SmolLM2 forward 0.95-0.98x (median of 100 paired
+// reps). A static split (one run each, no stealing) was as fast within that noise. Which blocks a thread
+// takes never changes a result: each output is one accumulator summed in k order, whichever tile computes it.
 // A run [lo, hi) is one word, so the owner (from the front) and a thief (from the back) claim blocks with
 // one compare-and-swap each; one cache line per run.
 struct alignas(64) Run {
