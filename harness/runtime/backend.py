@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.runtime.arena import WeightArena
 from harness.runtime.flops import forward_flops, model_shape
 from harness.runtime.layer_ops import ATTN_CHOICES, layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
@@ -82,12 +83,14 @@ class Backend:
         pack = can_pack(model)
         kernel = select_kernel(matmul, model)
         self._kernel = kernel  # also for argmax
-        self._proj = [layer_projections(layer, pack, kernel, bf16_weights) for layer in model.model.layers]
-        self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights)
+        arena = WeightArena.for_model(model) if kernel is not None else None  # 2 MB pages where offered
+        self._proj = [layer_projections(layer, pack, kernel, bf16_weights, arena) for layer in model.model.layers]
+        self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights, arena)
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
         self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,
                               self._proj)
-        self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype)
+        self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype,
+                                              0 if arena is None else arena.huge_bytes())
         #: the attention actually run: ``kernel`` (ours), ``sdpa`` or ``eager``
         self.attention_path: str = self._ops.attn
         eos = model.config.eos_token_id

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harness.runtime.arena import WeightArena
+
 MIN_GEMM_ROWS = 6  # fewest rows the oneDNN path runs with: fewer cost more than 6, so they are padded
 #: ``matmul=`` choices: ``auto`` (the best kernel variant this CPU runs, else the libraries), ``library``
 #: (never our kernel), or one kernel variant by name, to force it (e.g. ``avx2`` on an AVX-512 machine).
@@ -50,9 +52,10 @@ class Projection:
 
     @classmethod
     def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool, kernel: Any = None,
-           bf16_weights: bool = False) -> Projection:
+           bf16_weights: bool = False, arena: WeightArena | None = None) -> Projection:
         """``pack``: use the oneDNN/MKL CPU paths; ``kernel``: our few-row kernel, which then replaces
-        them, with its packed weights stored in bfloat16 when ``bf16_weights`` (half the bytes a step reads)."""
+        them, with its packed weights stored in bfloat16 when ``bf16_weights`` (half the bytes a step reads)
+        and, given an ``arena``, moved into it (2 MB pages: see harness.runtime.arena)."""
         if kernel is None and not pack:
             return cls(linears)
         with torch.inference_mode():
@@ -63,7 +66,8 @@ class Projection:
                 bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
                                   for m in linears])
             if kernel is not None:
-                return cls(linears, bias=bias, small=kernel.pack(weight, bf16_weights), kernel=kernel)
+                small = kernel.pack(weight, bf16_weights)
+                return cls(linears, bias=bias, small=small if arena is None else arena.take(small), kernel=kernel)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
         # only float32 runs 1-2 rows as W @ x^T
         return cls(linears, weight if weight.dtype == torch.float32 else None, packed, bias)
@@ -187,13 +191,13 @@ class LayerProjections:
 
 
 def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None,
-                      bf16_weights: bool = False) -> LayerProjections:
+                      bf16_weights: bool = False, arena: WeightArena | None = None) -> LayerProjections:
     att, mlp = layer.self_attn, layer.mlp
-    return LayerProjections(
-        qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack, kernel, bf16_weights),
-        o=Projection.of((att.o_proj,), pack, kernel, bf16_weights),
-        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel, bf16_weights),
-        down=Projection.of((mlp.down_proj,), pack, kernel, bf16_weights),
+    return LayerProjections(  # packed in the forward's order: the arena lays them out in it
+        qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack, kernel, bf16_weights, arena),
+        o=Projection.of((att.o_proj,), pack, kernel, bf16_weights, arena),
+        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel, bf16_weights, arena),
+        down=Projection.of((mlp.down_proj,), pack, kernel, bf16_weights, arena),
     )
 
 
@@ -223,11 +227,13 @@ def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
     return kernel
 
 
-def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtype) -> str:
-    """What the manifests, perf results and the demo print: ``kernel avx2 (AVX2) bfloat16 weights``,
-    ``oneDNN packed float32`` or ``F.linear bfloat16``."""
+def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtype, huge_bytes: int = 0) -> str:
+    """What the manifests, perf results and the demo print: ``kernel avx2 (AVX2) bfloat16 weights``
+    (``..., 512 MB in 2 MB pages`` where the OS backs that much of them with huge pages), ``oneDNN packed
+    float32`` or ``F.linear bfloat16``."""
     name = str(dtype).removeprefix("torch.")
     if kernel is not None:
         info = kernel.kernel_info
-        return f"kernel {info.variant} ({info.isa}) {'bfloat16' if bf16_weights else 'float32'} weights"
+        pages = f", {huge_bytes / 1e6:.0f} MB in 2 MB pages" if huge_bytes else ""
+        return f"kernel {info.variant} ({info.isa}) {'bfloat16' if bf16_weights else 'float32'} weights{pages}"
     return f"{'oneDNN packed' if pack else 'F.linear'} {name}{' (weights rounded to bfloat16)' if bf16_weights else ''}"
