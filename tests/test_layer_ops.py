@@ -185,3 +185,40 @@ def test_whole_layer_call_equals_the_separate_calls(bias):
         out.append(be.forward(ids[18:], torch.arange(15, 27)))
     assert torch.equal(out[2], out[1])
     torch.testing.assert_close(out[1], out[0], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_whole_forward_in_one_call_is_the_python_paths_bitwise(bf16):
+    """Where our kernel runs every piece, Backend.forward is one call from token ids to logits (layer.cpp's
+    Stack.logits): the same operations as the Python path, so bitwise its logits, for prefill, 1-token and
+    masked many-token steps, all rows or a few; a token id out of range is an IndexError."""
+    from harness.runtime.backend import Backend
+    from harness.runtime.loading import round_weights_to_bf16
+
+    model = tiny_model(4)
+    if bf16:
+        round_weights_to_bf16(model)
+    be = Backend(model, tokenizer=None, name="tiny", bf16_weights=bf16)
+    assert be._ops.whole_forward
+    g = torch.Generator().manual_seed(6)
+    be.reset(80)
+    prompt = torch.randint(0, 48, (21,), generator=g)
+    tree = torch.ones(6, 6, dtype=torch.bool).tril()
+    tree[3:, 1:3] = False  # a second branch after token 0
+    steps = [(prompt, None, torch.arange(20, 21)), (prompt[:1], None, None), (prompt[:6], tree, None),
+             (prompt[:6], tree, torch.tensor([0, 2, 5])), (prompt[:3], None, prompt.new_empty(0))]
+    for i, (ids, mask, rows) in enumerate(steps):
+        L = be.length
+        pos = torch.arange(L, L + len(ids))
+        out = {}
+        for whole in (True, False):
+            be._ops._ends = whole  # False: the Python path around the same stack
+            out[whole] = be.forward(ids, pos, mask, logit_rows=rows)
+            be.commit([])
+        be._ops._ends = True
+        assert out[True].shape == out[False].shape and torch.equal(out[True], out[False]), i
+        if i == 0:
+            be.forward(ids, pos, mask)
+            be.commit()
+    with pytest.raises(IndexError, match="token id 48 is out of range"):
+        be.forward(torch.tensor([48]), torch.tensor([be.length]))

@@ -88,7 +88,7 @@ class Backend:
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights, arena)
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
         self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,
-                              self._proj)
+                              self._proj, self._lm_head)
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype,
                                               0 if arena is None else arena.huge_bytes())
         #: the attention actually run: ``kernel`` (ours), ``sdpa`` or ``eager``
@@ -205,20 +205,23 @@ class Backend:
         L = self.length
         if L + k > self.capacity:
             raise ValueError(f"KV cache overflow: {L} + {k} > capacity {self.capacity}; call reset() larger")
-        model = self.model.model
-        x = model.embed_tokens(input_ids)  # [k, hidden]
-        if self._rope is None:
-            cos, sin = (t[0] for t in model.rotary_emb(x[None], positions[None]))  # [k, head_dim] each
-        else:
-            cos, sin = (t.index_select(0, positions) for t in self._rope)  # [k, head_dim] each
         s, ops = self.shape, self._ops
         mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
-        # x: the residual stream, add: what the last layer adds to it, [k, hidden] each
-        x, add = ops.run_layers(x, cos, sin, self._k_cache, self._v_cache, L, mask)
-        if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
-            x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
-        _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]
-        logits = self._lm_head(h).float()  # [r, vocab]
+        if ops.whole_forward and self._rope is not None:  # the same operations in one call (layer.cpp)
+            logits = ops.logits(input_ids, positions, self._rope, self._k_cache, self._v_cache, L, mask, logit_rows)
+        else:
+            model = self.model.model
+            x = model.embed_tokens(input_ids)  # [k, hidden]
+            if self._rope is None:
+                cos, sin = (t[0] for t in model.rotary_emb(x[None], positions[None]))  # [k, head_dim] each
+            else:
+                cos, sin = (t.index_select(0, positions) for t in self._rope)  # [k, head_dim] each
+            # x: the residual stream, add: what the last layer adds to it, [k, hidden] each
+            x, add = ops.run_layers(x, cos, sin, self._k_cache, self._v_cache, L, mask)
+            if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
+                x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
+            _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]
+            logits = self._lm_head(h).float()  # [r, vocab]
         self._pending = k
         r = k if logit_rows is None else int(logit_rows.shape[0])
         self.counters.input_tokens.append(k)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from harness.runtime.matmul import LayerProjections
+from harness.runtime.matmul import LayerProjections, Projection
 
 #: ``attn=`` choices: ``auto`` (our kernel's attention where our fused ops run, else ``sdpa``), ``kernel``,
 #: ``sdpa`` (torch's fused attention) or ``eager`` (explicit matmuls and softmax).
@@ -32,6 +32,7 @@ class TorchOps:
     torch's attention (``attn``: sdpa or eager)."""
 
     keys_transposed = False  # the key cache is [Hkv, capacity, d], as torch's attention reads it
+    whole_forward = False  # FusedOps where it runs token ids to logits in one call (see its logits)
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "sdpa",
                  layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
@@ -128,12 +129,32 @@ class FusedOps(TorchOps):
     keys transposed, [Hkv, d, capacity], so a key block's scores are whole vectors)."""
 
     def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "kernel",
-                 layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
+                 layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = (),
+                 ends: tuple[torch.nn.Module, torch.nn.Module, Projection] | None = None) -> None:
+        """``ends``: the model's token embedding, final norm and LM head, for :meth:`logits`."""
         super().__init__(n_heads, n_kv_heads, head_dim, attn, layers)
         self.kernel = kernel
         # with our attention and every matmul ours: all layers in one call (layer.cpp), weights bound once
         whole = attn == "kernel" and all(p.small is not None for _, lp in self.layers for p in lp.all())
         self._stack = kernel.Stack([self._bind(layer, proj) for layer, proj in self.layers]) if whole else None
+        self._ends = False  # whether the stack holds the embedding, final norm and LM head too
+        if self._stack is not None and ends is not None:
+            embed, norm, head = ends
+            if type(embed) is torch.nn.Embedding and embed.max_norm is None and head.small is not None:
+                self._stack.set_ends(embed.weight.detach().contiguous(), norm.weight.detach().contiguous(),
+                                     norm.variance_epsilon, head.small, head.out_features, head.bias)
+                self._ends = True
+
+    @property
+    def whole_forward(self) -> bool:  # type: ignore[override]
+        return self._stack is not None and self._ends
+
+    def logits(self, ids: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+               k_cache: torch.Tensor, v_cache: torch.Tensor, L: int, mask: torch.Tensor | None,
+               logit_rows: torch.Tensor | None) -> torch.Tensor:
+        """The whole forward in one call (``layer.cpp``'s ``Stack.logits``): ids/positions [k], rope the
+        cos/sin tables [capacity, d], logit_rows [r] or None -> logits [r, vocab], bitwise the Python path's."""
+        return self._stack.logits(ids, positions, rope[0], rope[1], k_cache, v_cache, L, mask, logit_rows)
 
     @property
     def keys_transposed(self) -> bool:  # type: ignore[override]
@@ -180,11 +201,13 @@ class FusedOps(TorchOps):
 
 
 def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int,
-              attn: str = "auto", projections: Sequence[LayerProjections] = ()) -> TorchOps:
+              attn: str = "auto", projections: Sequence[LayerProjections] = (),
+              lm_head: Projection | None = None) -> TorchOps:
     """:class:`FusedOps` where our kernel runs the matmuls and the model's layers are the plain LLaMA
     ones it implements (RMSNorm with ``variance_epsilon``, SiLU MLP); else :class:`TorchOps`. ``attn``
     (:data:`ATTN_CHOICES`) is resolved here: ``auto`` is ``kernel`` with FusedOps, else ``sdpa``.
-    ``projections``: each layer's matmuls (:meth:`TorchOps.layer` runs them)."""
+    ``projections``: each layer's matmuls (:meth:`TorchOps.layer` runs them); ``lm_head``: the LM head's,
+    for FusedOps' whole forward."""
     if attn not in ATTN_CHOICES:
         raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
     layer = model.model.layers[0]
@@ -201,5 +224,6 @@ def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int
         attn = "kernel" if fits else "sdpa"
     layers = list(zip(model.model.layers, projections))
     if fits:
-        return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn, layers)
+        ends = None if lm_head is None else (model.model.embed_tokens, model.model.norm, lm_head)
+        return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn, layers, ends)
     return TorchOps(n_heads, n_kv_heads, head_dim, attn, layers)

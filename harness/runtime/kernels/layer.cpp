@@ -8,9 +8,11 @@
 // once; its forward runs the same functions in the same order as the Python path, so the results are
 // bitwise those of the separate calls (tests compare them), and as row-invariant.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 // the other sources' operations (see each for the shapes)
@@ -70,12 +72,63 @@ class Layer {
   double scale_;
 };
 
-// Every decoder layer of a step in one call. Why: thirty Python calls into Layer.forward (the loop, the
-// argument conversion, a tuple back each, the caches indexed per layer) ran after each layer's weights had
-// flushed the caches, at tens of microseconds a forward.
+// rows idx [k] (int64) of table [n, w] (contiguous float32) -> [k, w]; `what` names an index in the error
+at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& idx, const char* what) {
+  TORCH_CHECK(table.scalar_type() == at::kFloat && table.is_contiguous() && table.dim() == 2 && table.device().is_cpu(),
+              "gather_rows: contiguous float32 CPU [n, w] table expected");
+  TORCH_CHECK(idx.scalar_type() == at::kLong && idx.dim() == 1 && idx.device().is_cpu(),
+              "gather_rows: int64 CPU [k] indices expected");
+  const int64_t k = idx.size(0), n = table.size(0), w = table.size(1);
+  auto out = at::empty({k, w}, table.options());
+  const at::Tensor ix = idx.contiguous();
+  const int64_t* ip = ix.data_ptr<int64_t>();
+  for (int64_t i = 0; i < k; ++i) {
+    TORCH_CHECK_INDEX(ip[i] >= 0 && ip[i] < n, what, " ", ip[i], " is out of range [0, ", n, ")");
+    std::memcpy(out.data_ptr<float>() + i * w, table.data_ptr<float>() + ip[i] * w, w * sizeof(float));
+  }
+  return out;
+}
+
+// Every decoder layer of a step in one call, and with set_ends the whole forward (token ids to logits).
+// Why: thirty Python calls into Layer.forward (the loop, the argument conversion, a tuple back each, the
+// caches indexed per layer) ran after each layer's weights had flushed the caches, at tens of microseconds
+// a forward; the embedding, the cos/sin rows, the final norm and the LM head call cost another ~0.2 ms of
+// a SmolLM2 step from Python, each torch call's state evicted by the weight stream (the first call after
+// it took 100-200 us against 8-17 warm). In one call, a SmolLM2 step of 1 / 6 tokens ran 0.98x / 0.99x
+// (bf16w) and 0.98x / 0.98x (float32) against the Python ends, AVX-512 and AVX2 forced alike, where a
+// second backend with Python ends ran 1.00-1.02x (EPYC Zen 5, 2026-12-03, median of 100 paired steps).
 class Stack {
  public:
   explicit Stack(std::vector<Layer> layers) : layers_(std::move(layers)) {}
+
+  // embed [vocab, hidden] the token embeddings; norm/eps the final RMSNorm; head/n_head/head_bias the LM
+  // head's packed weight (as Layer's projections)
+  void set_ends(at::Tensor embed, at::Tensor norm, double eps, at::Tensor head, int64_t n_head,
+                c10::optional<at::Tensor> head_bias) {
+    embed_ = std::move(embed);
+    norm_ = std::move(norm);
+    eps_ = eps;
+    head_ = Proj{std::move(head), n_head, std::move(head_bias)};
+    ends_ = true;
+  }
+
+  // ids [k] int64 token ids; positions [k] int64, their rows in cos_t/sin_t [capacity, d]; the caches, L
+  // and mask as forward; rows [r] int64 the rows whose logits are wanted (None: all k). The operations and
+  // their order are the Python path's (embedding and cos/sin rows copied, the layers, rows selected, final
+  // norm, LM head), so the logits are bitwise its. Returns [r, vocab] float32.
+  at::Tensor logits(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t, const at::Tensor& sin_t,
+                    const at::Tensor& kt, const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
+                    const c10::optional<at::Tensor>& rows) const {
+    TORCH_CHECK(ends_, "Stack.logits: call set_ends first");
+    at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
+    c10::optional<at::Tensor> add = forward(x, gather_rows(cos_t, positions, "position"),
+                                            gather_rows(sin_t, positions, "position"), kt, vc, L, mask);
+    if (rows.has_value() && rows->defined()) {  // [r, hidden] each
+      x = gather_rows(x, *rows, "logit row");
+      if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
+    }
+    return head_(add_rms_norm(x, add, norm_, eps_));
+  }
 
   // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, d, capacity] and vc
   // [n_layers, Hkv, capacity, d] the caches; the rest as Layer::forward. Returns what the last layer adds.
@@ -92,6 +145,10 @@ class Stack {
 
  private:
   std::vector<Layer> layers_;
+  bool ends_ = false;
+  at::Tensor embed_, norm_;
+  double eps_ = 0;
+  Proj head_;
 };
 
 }  // namespace
@@ -110,5 +167,10 @@ void register_layer(pybind11::module_& m) {
       .def(py::init<std::vector<Layer>>(), py::arg("layers"))
       .def("forward", &Stack::forward, "the layers in turn on x [k, hidden] (updated in place); returns what the "
            "last adds", py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("kt"), py::arg("vc"), py::arg("L"),
-           py::arg("mask"));
+           py::arg("mask"))
+      .def("set_ends", &Stack::set_ends, "the embedding table, final norm and LM head, for logits",
+           py::arg("embed"), py::arg("norm"), py::arg("eps"), py::arg("head"), py::arg("n_head"), py::arg("head_bias"))
+      .def("logits", &Stack::logits, "the whole forward: token ids [k] -> logits [r, vocab] (see layer.cpp)",
+           py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
+           py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"));
 }
