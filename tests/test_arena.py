@@ -70,12 +70,17 @@ def test_arena_changes_no_bit(bf16):
 
 
 @pytest.mark.skipif(not huge_pages_offered(), reason="this OS offers no transparent huge pages")
-def test_backend_packs_into_the_arena_in_forward_order():
+def test_backend_packs_into_the_arena_in_forward_order(monkeypatch):
+    assert WeightArena.for_model(tiny_model(1)) is None  # under MIN_BYTES: torch's pages
+    monkeypatch.setattr(arena_mod, "MIN_BYTES", 0)
     be = Backend(tiny_model(1), tokenizer=None, name="tiny")
     assert be._kernel is not None
     ptrs = [p.small.data_ptr() for layer in be._proj for p in layer.all()] + [be._lm_head.small.data_ptr()]
     assert ptrs == sorted(ptrs)  # one mapping, laid out in the order a forward reads them
     assert len({p.small.untyped_storage().data_ptr() for layer in be._proj for p in layer.all()}) == 1
+    huge = WeightArena(4 * PAGE)
+    huge.take(torch.ones(PAGE // 8))  # 1 MB into the first 2 MB page: one huge page, or 4 KB ones
+    assert huge.huge_bytes() in (0, PAGE)
 
 
 def test_path_says_how_much_sits_in_huge_pages():

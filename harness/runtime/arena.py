@@ -26,6 +26,9 @@ import torch
 
 PAGE = 2 << 20  # bytes of a transparent huge page on x86-64 and most aarch64 kernels
 ALIGN = 64  # each slice starts on a cache line
+# smaller models keep torch's pages: a few thousand 4 KB TLB entries cover them (and a test suite's many
+# tiny models skip the mapping)
+MIN_BYTES = 64 << 20
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -55,13 +58,13 @@ class WeightArena:
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> WeightArena | None:
         """An arena that holds every linear layer's weight packed (float32, padded to whole 64-column
-        blocks), or None where huge pages are not offered."""
+        blocks), or None where huge pages are not offered or the weights are under :data:`MIN_BYTES`."""
         if not huge_pages_offered():
             return None
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         bound = sum((m.out_features + 64) * m.in_features * 4 + ALIGN for m in linears)
         try:
-            return cls(bound) if bound else None
+            return cls(bound) if bound >= MIN_BYTES else None
         except (OSError, ValueError):  # address space refused (a strict overcommit policy): 4 KB pages
             return None
 
@@ -80,18 +83,20 @@ class WeightArena:
     def huge_bytes(self) -> int:
         """Bytes of the arena the kernel backs with huge pages now (``AnonHugePages`` of its mapping in
         /proc/self/smaps; 0 where that cannot be read)."""
-        lo = self._buf.data_ptr()
-        try:
-            lines = Path("/proc/self/smaps").read_text().splitlines()
-        except OSError:
-            return 0
-        inside = False
+        lo, hi = self._buf.data_ptr(), self._buf.data_ptr() + self._buf.numel()
         total = 0
-        for line in lines:
-            head = line.split()[0] if line else ""
-            if "-" in head and ":" not in head:  # a mapping's header: start-end perms ...
-                a, b = (int(x, 16) for x in head.split("-"))
-                inside = a <= lo < b or (lo <= a < lo + self._buf.numel())
-            elif inside and line.startswith("AnonHugePages:"):
-                total += int(line.split()[1]) * 1024
+        try:
+            with open("/proc/self/smaps") as f:  # read line by line: the kernel writes it as it is read
+                inside = False
+                for line in f:
+                    head = line.split(maxsplit=1)[0] if line.strip() else ""
+                    if "-" in head and ":" not in head:  # a mapping's header: start-end perms ...
+                        a, b = (int(x, 16) for x in head.split("-"))
+                        if a >= hi:  # mappings are listed by address: past the arena
+                            break
+                        inside = a < hi and b > lo
+                    elif inside and line.startswith("AnonHugePages:"):
+                        total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            return 0
         return total
