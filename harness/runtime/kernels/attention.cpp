@@ -57,7 +57,7 @@ constexpr int64_t KB = 2, REGS = 16;
 // 0.75x / 0.74x with warm caches, 0.88x / 0.87x after a 64 MB flush; a bf16w forward of 1-10 tokens
 // 0.967-0.983x where an identical build ran 0.990-1.007x; a float32 one within the noise (the 4-row
 // build 1.00-1.02x against it, an identical build 0.99-1.02x). With AVX2 (16 registers: 12
-// accumulators) the calls ran 0.84-0.91x but a forward 0.99-1.01x, so it keeps 4.
+// accumulators) the calls at 3-10 rows ran 0.84-0.96x but a forward 0.99-1.01x, so it keeps 4.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr int64_t RT = 6;
 #else
