@@ -1,8 +1,8 @@
 """One block of memory for a model's packed weights, backed by 2 MB pages where Linux gives them.
 
 Why: a decoding step streams every packed weight matrix once (538 MB in float32 for SmolLM2-135M). In
-4 KB pages that is 131k pages a step, each a TLB miss, and the page walks evict the state of the small
-operations between the matmuls. Transparent huge pages cover the same bytes with ~270 TLB entries.
+4 KB pages that is 131k pages a step, each a TLB miss. Transparent huge pages cover the same bytes
+with ~270 TLB entries.
 Linux backs a region advised with MADV_HUGEPAGE by 2 MB pages where
 ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``[madvise]`` (the common default) or ``[always]``;
 torch's allocator does not advise, so packed weights sat in 4 KB pages. Measured on a Zen 5 EPYC
