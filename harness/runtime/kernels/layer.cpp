@@ -82,9 +82,11 @@ at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& idx, const cha
   auto out = at::empty({k, w}, table.options());
   const at::Tensor ix = idx.contiguous();
   const int64_t* ip = ix.data_ptr<int64_t>();
+  const float* src = table.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
   for (int64_t i = 0; i < k; ++i) {
     TORCH_CHECK_INDEX(ip[i] >= 0 && ip[i] < n, what, " ", ip[i], " is out of range [0, ", n, ")");
-    std::memcpy(out.data_ptr<float>() + i * w, table.data_ptr<float>() + ip[i] * w, w * sizeof(float));
+    std::memcpy(dst + i * w, src + ip[i] * w, w * sizeof(float));
   }
   return out;
 }
