@@ -15,22 +15,21 @@
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
-   is a ratio of one time window: measured one after the other, a shared machine's drift moved it
-   between 0.58x and 0.77x on one EPYC within an hour.
+   is a ratio of one time window (one after the other, drift moved it 0.58-0.77x on one EPYC).
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
    ``prompt_lookup_num_tokens``), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
    auto-tuned setting, the same shape fed only by its own window's n-grams, and any ``--lookahead``
    settings. ``--rounds`` repeats the interleaved pass (each starting at the next method) and takes each
    method x prompt timing as the median over the rounds: a shared machine's drift of 5-10% over seconds
-   otherwise decides comparisons closer than that. The tuner
-   calibrates on held-out prompts (the task's next ``--calibration-prompts`` after the measured ones),
-   so its prediction is tested on text it has not seen.
+   otherwise decides closer comparisons. The tuner calibrates on held-out prompts (the task's next
+   ``--calibration-prompts`` after the measured ones), so its prediction is tested on unseen text.
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
    as measured in isolation), the achieved fraction of it, the share of decode time spent outside the
-   model forward (decoder overhead), and whether the output equals our `ar`'s.
+   model forward (decoder overhead), and whether the output equals our `ar`'s. Under it, the auto-tuned
+   lookahead's steps grouped by tokens fed (``harness.analysis.steps``): which kind of step pays.
 
 Timings are of this machine only; the header says which (CPU figures are labelled CPU).
 """
@@ -46,10 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
+
 from decoders.autotune import autotune, interp_latency, latency_curves, one_step
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
+from harness.analysis.io import to_markdown
+from harness.analysis.steps import steps_by_size
 from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
@@ -125,8 +128,6 @@ def median_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[str, Any]]:
     """Per method: aggregate and per-prompt figures against our `ar` on the same prompts."""
-    import pandas as pd
-
     paired = against_reference(pd.DataFrame(rows), ["prompt"], time_col="total_s", by="method")
     t1 = curve[1]
     table = []
@@ -151,10 +152,6 @@ def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[
 
 def format_table(table: list[dict[str, Any]]) -> str:
     """Markdown, ratios rounded to 2 decimals (the report's renderer)."""
-    import pandas as pd
-
-    from harness.analysis.io import to_markdown
-
     cols = ["method", "prompts", "tok_per_s", "speedup", "speedup_median", "S", "k_mean", "roofline",
             "of_roofline", "overhead", "exact"]
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
@@ -305,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
                 *[Method(f"pld(max_ngram={m},num_pred={n})", ours(backend, build_decoder("pld", max_ngram=m, num_pred=n)))
                   for m, n in plds],
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
-                Method(f"lookahead auto{shape_label(shape)}+pools",
+                Method(auto_name := f"lookahead auto{shape_label(shape)}+pools",
                        ours(backend, build_decoder("lookahead", **tuned.params))),
                 # the same shape fed by its lookahead branch alone (no prompt/output n-grams, no prompt
                 # lookup chain): what the Jacobi n-grams contribute
@@ -325,20 +322,23 @@ def main(argv: list[str] | None = None) -> None:
                     turn = (p_i + r) % len(methods)
                     for m in methods[turn:] + methods[:turn]:  # rotate: drift cancels
                         rows.append({"method": m.name, "prompt": p_i, "round": r, **m.run(ids, args.max_new_tokens)})
-            table = summarize(median_rounds(rows), curve)
+            table = summarize(merged := median_rounds(rows), curve)
+            by_size = steps_by_size([r for r in merged if r["method"] == auto_name],
+                                    lambda k: interp_latency(curve, k) / curve[1])
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
                      f"steps priced at cache {tuned.cache_len}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
-                     f"+pools = prompt and output n-grams, context-ranked\n" + format_table(table))
+                     "+pools = prompt and output n-grams, context-ranked\n" + format_table(table) + "\nlookahead "
+                     "auto's steps by tokens fed k (cost t(k)/t(1)):\n" + to_markdown(by_size, floatfmt=".2f"))
             print(block, flush=True)
             text.append(block)
             report["runs"][f"{dtype}/{task}"] = {
                 "curve_s": curve, "table": table, "tuned": {"params": tuned.params,
                 "predicted_speedup": tuned.predicted, "calibration": tuned.calibration,
                 "curve_s": tuned.curve, "cache_len": tuned.cache_len},
-            }
+                "auto_steps_by_size": by_size.to_dict("records")}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "perf-" + "-".join(args.dtype + (args.tasks or ["memory"]))  # one file per run, side by side
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))

@@ -103,3 +103,25 @@ def test_round_robin_interleaves_calls_and_skips_the_warm_up():
     times = round_robin({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, reps=3, warmup=2)
     assert order == ["a", "b"] * 5  # every round calls each once, in turn
     assert set(times) == {"a", "b"} and all(0 <= t < 1 for t in times.values())
+
+
+def test_steps_by_size_groups_steps_and_adds_up_to_the_roofline():
+    """Each step size's yield per t(1), and the groups' totals give back the roofline perf prints
+    (tokens x t(1) / sum of t(k)), so the table explains that figure rather than a different one."""
+    from decoders.autotune import predicted_speedup
+    from harness.analysis.steps import steps_by_size
+
+    runs = [{"accepted": [1, 1, 3], "input_tokens": [3, 3, 11]}, {"accepted": [2], "input_tokens": [6]}]
+    curve = {1: 1.0, 3: 1.1, 6: 1.3, 11: 1.6}
+    table = steps_by_size(runs, lambda k: curve[k] / curve[1]).set_index("k")
+    assert list(table.index) == [3, 6, 11] and list(table["steps"]) == [2, 1, 1]
+    assert table.loc[3, "tokens_per_step"] == 1.0 and table.loc[3, "tokens_per_t1"] == pytest.approx(1 / 1.1)
+    assert table.loc[11, "tokens_per_t1"] == pytest.approx(3 / 1.6) and table.loc[6, "cost"] == pytest.approx(1.3)
+    assert table["step_share"].sum() == pytest.approx(1) and table["time_share"].sum() == pytest.approx(1)
+    assert table.loc[11, "token_share"] == pytest.approx(3 / 7)
+    tokens, time = (table["tokens_per_step"] * table["steps"]).sum(), (table["cost"] * table["steps"]).sum()
+    assert tokens / time == pytest.approx(predicted_speedup(7, [3, 3, 11, 6], curve))
+    with pytest.raises(ValueError):  # a step's accepted count without its size
+        steps_by_size([{"accepted": [1, 2], "input_tokens": [3]}], lambda k: 1.0)
+    with pytest.raises(ValueError, match="no steps"):
+        steps_by_size([], lambda k: 1.0)
