@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from decoders.autotune import autotune, interp_latency, latency_curves, one_step
+from decoders.autotune import autotune, interp_latency, latency_curves, one_step, predicted_speedup
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
@@ -129,7 +129,6 @@ def median_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[str, Any]]:
     """Per method: aggregate and per-prompt figures against our `ar` on the same prompts."""
     paired = against_reference(pd.DataFrame(rows), ["prompt"], time_col="total_s", by="method")
-    t1 = curve[1]
     table = []
     for name, rs in paired.groupby("method", sort=False):
         toks = rs["new_tokens"].sum()
@@ -140,9 +139,9 @@ def summarize(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[
         }
         if "steps" in rs and rs["steps"].notna().all():
             fed = [k for ks in rs["input_tokens"] for k in ks]
-            ideal = sum(interp_latency(curve, k) for k in fed)
             row.update({
-                "S": compression(toks, rs["steps"].sum()), "k_mean": sum(fed) / len(fed), "roofline": toks * t1 / ideal,
+                "S": compression(toks, rs["steps"].sum()), "k_mean": sum(fed) / len(fed),
+                "roofline": predicted_speedup(toks, fed, curve),
                 "overhead": 1 - rs["forward_s"].sum() / rs["decode_s"].sum(),
             })
             row["of_roofline"] = row["speedup"] / row["roofline"]
