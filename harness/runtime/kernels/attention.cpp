@@ -41,15 +41,21 @@ constexpr int64_t KB = 4, REGS = 32;
 constexpr int64_t KB = 2, REGS = 16;
 #endif
 // Scores read each key row (head dimension c) in runs of NB * VS keys, `cap` floats apart, which the
-// hardware prefetcher does not follow: the next run of the row is prefetched while this one is summed. A
-// SmolLM2 forward (cache 300, capacity 307 and 2048) ran 0.96-0.99x with it in eight paired A/B runs (100
-// reps each, float32 and bf16w, AVX-512 and AVX2; EPYC Zen 5, 2026-12-03). Reading each key row whole
-// instead, the scores accumulated in L1, was 1.0-1.07x slower.
+// hardware prefetcher does not follow: each row is prefetched AHEAD floats (256 bytes) past the run being
+// summed. A SmolLM2 forward (cache 300, capacity 307 and 2048) ran 0.96-0.99x with the next run prefetched
+// in eight paired A/B runs (100 reps each, float32 and bf16w, AVX-512 and AVX2; EPYC Zen 5, 2026-12-03).
+// Reading each key row whole instead, the scores accumulated in L1, was 1.0-1.07x slower. The distance is
+// in bytes, not runs: AVX2's run (16 keys) is one line, and one run ahead left a layer's attention waiting
+// on memory after the weight stream had flushed its cache. In a 1-token bf16w forward with AVX2 forced
+// (EPYC Zen 5, 2026-12-03, per-stage timers, 40 interleaved reps) the 30 attention calls took 0.57-0.65 ms
+// at 256 bytes ahead against 0.85-0.98 at 64 (one run), as at 128; 512 and 1024 bytes were 5-29% slower
+// than 256. AVX-512's run is 256 bytes already (there 1 KB ahead was 10-13% slower).
 #if defined(__GNUC__) || defined(__clang__)
 #define ATT_PREFETCH(p) __builtin_prefetch((p), 0, 3)
 #else
 #define ATT_PREFETCH(p) ((void)0)
 #endif
+constexpr int64_t AHEAD = 256 / int64_t(sizeof(float));
 
 // query rows of one kv head handled together (score_all's switch covers 1..RT). AVX-512 holds 6 rows x
 // KB key vectors of scores (24 accumulators): fewer tiles re-read the keys and values. SmolLM2 shapes,
@@ -88,10 +94,10 @@ inline void score_keys(const Tile& t, const float* kt, int64_t cap, int64_t d, i
     const float* col = kt + c * cap + j0;
     Vec key[NB];
     for (int64_t b = 0; b < NB; ++b) key[b] = PART ? Vec::loadu(col, n) : Vec::loadu(col + b * VS);
-    if constexpr (!PART)  // the next keys of this row: rows lie `cap` floats apart, one short run each per block
+    if constexpr (!PART)  // later keys of this row: rows lie `cap` floats apart, one short run each per block
       for (int64_t off = 0; off < NB * VS; off += 64 / int64_t(sizeof(float)))  // as an integer: past the cache's
         ATT_PREFETCH(reinterpret_cast<const void*>(                             // end a prefetch is a no-op
-            reinterpret_cast<uintptr_t>(col) + uintptr_t((NB * VS + off) * int64_t(sizeof(float)))));
+            reinterpret_cast<uintptr_t>(col) + uintptr_t((AHEAD + off) * int64_t(sizeof(float)))));
     for (int64_t r = 0; r < R; ++r) {
       const Vec qc(t.q[r][c]);
       for (int64_t b = 0; b < NB; ++b) acc[r][b] = at::vec::fmadd(qc, key[b], acc[r][b]);
