@@ -47,9 +47,9 @@ constexpr int64_t KB = 2, REGS = 16;
 // Reading each key row whole instead, the scores accumulated in L1, was 1.0-1.07x slower. The distance is
 // in bytes, not runs: AVX2's run (16 keys) is one line, and one run ahead left a layer's attention waiting
 // on memory after the weight stream had flushed its cache. In a 1-token bf16w forward with AVX2 forced
-// (EPYC Zen 5, 2026-12-03, per-stage timers, 40 interleaved reps) the 30 attention calls took 0.57-0.65 ms
-// at 256 bytes ahead against 0.85-0.98 at 64 (one run), as at 128; 512 and 1024 bytes were 5-29% slower
-// than 256. AVX-512's run is 256 bytes already (there 1 KB ahead was 10-13% slower).
+// (EPYC Zen 5, 2026-12-03, per-stage timers, two pairs of 40 interleaved reps) the 30 attention calls took
+// 0.63-0.65 ms at 256 bytes ahead against 0.85-0.98 at 64 (one run); 128 was about the same as 256, 512 and
+// 1024 bytes 5-29% slower. AVX-512's run is 256 bytes already (there 1 KB ahead was 10-13% slower).
 #if defined(__GNUC__) || defined(__clang__)
 #define ATT_PREFETCH(p) __builtin_prefetch((p), 0, 3)
 #else
