@@ -53,6 +53,7 @@ from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
 from harness.analysis.io import to_markdown
 from harness.analysis.steps import steps_by_size
+from harness.cli_args import parse_pld, parse_shape, positive_int
 from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
@@ -154,32 +155,6 @@ def format_table(table: list[dict[str, Any]]) -> str:
     cols = ["method", "prompts", "tok_per_s", "speedup", "speedup_median", "S", "k_mean", "roofline",
             "of_roofline", "overhead", "exact"]
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
-
-
-def parse_shape(text: str) -> dict[str, int | None]:
-    """``"1,3,3,7,6"`` -> W, N, G, text_ngram, step_tokens, prompt_lookup (the last three optional; 0 or
-    absent: None); a clear error for anything else."""
-    parts = text.split(",")
-    if not 3 <= len(parts) <= len(SHAPE) or not all(p.strip().isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(
-            f"expected W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] as 3-6 integers (0 = unset), e.g. 1,5,1 "
-            f"or 1,3,3,7,6 or 1,2,1,7,12,10; got {text!r}")
-    values = [int(p) for p in parts[:3]] + [int(p) or None for p in parts[3:]] + [None] * (len(SHAPE) - len(parts))
-    return dict(zip(SHAPE, values))
-
-
-def positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return int(text)
-
-
-def parse_pld(text: str) -> tuple[int, int]:
-    """``"6,10"`` -> (max_ngram, num_pred); a clear error for anything else."""
-    parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
-        raise argparse.ArgumentTypeError(f"expected MAX_NGRAM,NUM_PRED as two integers >= 1, e.g. 6,10; got {text!r}")
-    return int(parts[0]), int(parts[1])
 
 
 def memory_rounds(backends: dict[str, Any], cache_len: int,

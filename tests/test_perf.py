@@ -8,7 +8,8 @@ import pytest
 
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
-from harness.perf import format_table, median_rounds, parse_pld, parse_shape, positive_int, summarize
+from harness.cli_args import parse_pld, parse_shape, positive_int
+from harness.perf import format_table, median_rounds, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 

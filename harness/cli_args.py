@@ -1,0 +1,35 @@
+"""Argument types of the harness's command-line scripts (`perf`, `demo`): each turns a typed value into the
+Python one, or into argparse's one-line error that says what was expected, so a mistyped option stops the
+script before it loads a model."""
+
+from __future__ import annotations
+
+import argparse
+
+from decoders.lookahead import SHAPE
+
+
+def positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def parse_shape(text: str) -> dict[str, int | None]:
+    """``"1,3,3,7,6"`` -> W, N, G, text_ngram, step_tokens, prompt_lookup (the last three optional; 0 or
+    absent: None); a clear error for anything else."""
+    parts = text.split(",")
+    if not 3 <= len(parts) <= len(SHAPE) or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] as 3-6 integers (0 = unset), e.g. 1,5,1 "
+            f"or 1,3,3,7,6 or 1,2,1,7,12,10; got {text!r}")
+    values = [int(p) for p in parts[:3]] + [int(p) or None for p in parts[3:]] + [None] * (len(SHAPE) - len(parts))
+    return dict(zip(SHAPE, values))
+
+
+def parse_pld(text: str) -> tuple[int, int]:
+    """``"6,10"`` -> (max_ngram, num_pred); a clear error for anything else."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MAX_NGRAM,NUM_PRED as two integers >= 1, e.g. 6,10; got {text!r}")
+    return int(parts[0]), int(parts[1])
