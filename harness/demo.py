@@ -4,9 +4,11 @@ Prints the matmul path (kernel variant and ISA, or library) first, then one tabl
 S = tokens / steps (prefill not counted), tokens/s, speedup over `ar` and whether each decoder
 reproduced `ar`'s tokens exactly. Lookahead runs twice: a paper-style setting, and the shape the
 auto-tuner picks for this machine's latency curve, calibrated on two held-out prompts (never on the
-measured ones). Every decoder gets one untimed warm-up first; timed figures are medians over ``--repeats``.
+measured ones). Every decoder gets one untimed warm-up first; timed figures are medians over ``--repeats``
+rounds, each running every decoder once in turn: a CPU VM's memory speed drifts by 2x within minutes, and a
+decoder timed once, after the others, took the drift as its own speedup or loss.
 
-    python -m harness.demo [--model smollm2] [--dtype float32|bf16w] [--max-new-tokens 96] [--repeats 1]
+    python -m harness.demo [--model smollm2] [--dtype float32|bf16w] [--max-new-tokens 96] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from decoders import build_decoder
 from decoders.autotune import autotune, latency_curve
 from decoders.lookahead import SHAPE, shape_label
+from harness.cli_args import positive_int
 
 BUILTIN_PROMPTS = {
     "chat": "Give me three tips for staying focused while studying, with one sentence each.",
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bf16w", "bfloat16"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=3, help="interleaved timing rounds (medians)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -80,17 +83,22 @@ def main(argv: list[str] | None = None) -> None:
     ]
     width = max(len(label) for label, _, _ in configs) + 2
     header = f"{'prompt':<9}{'decoder':<{width}}{'tokens':>7}{'steps':>6}{'S':>6}{'tok/s':>7}{'speedup':>8}  exact"
-    print(f"\n{args.device.upper()} timings, {args.dtype}, max_new_tokens={args.max_new_tokens}; "
-          f"S = new tokens / steps (prefill not counted)\n" + header + "\n" + "-" * len(header))
+    print(f"\n{args.device.upper()} timings, {args.dtype}, max_new_tokens={args.max_new_tokens}, medians of "
+          f"{args.repeats} interleaved rounds;\nS = new tokens / steps (prefill not counted)\n"
+          + header + "\n" + "-" * len(header))
     for kind, text in BUILTIN_PROMPTS.items():
         ids = encode(text)
-        ref_tokens, ref_time = None, None
-        for label, name, params in configs:
-            dec = build_decoder(name, **params)
+        decoders = [build_decoder(name, **params) for _, name, params in configs]
+        for dec in decoders:
             dec.generate(backend, ids, min(16, args.max_new_tokens))  # warm-up, untimed
-            runs = [dec.generate(backend, ids, args.max_new_tokens) for _ in range(args.repeats)]
-            res = runs[0]
-            secs = statistics.median(r.decode_s for r in runs)
+        runs: list[list] = [[] for _ in decoders]
+        for _ in range(args.repeats):  # every decoder once per round
+            for dec, done in zip(decoders, runs):
+                done.append(dec.generate(backend, ids, args.max_new_tokens))
+        ref_tokens, ref_time = None, None
+        for (label, name, _), done in zip(configs, runs):
+            res = done[0]
+            secs = statistics.median(r.decode_s for r in done)
             if name == "ar":
                 ref_tokens, ref_time = res.tokens, secs
             print(

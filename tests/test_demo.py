@@ -3,6 +3,8 @@ path first, tunes, runs every decoder on every built-in prompt, and every output
 
 from __future__ import annotations
 
+import pytest
+
 from harness.demo import BUILTIN_PROMPTS, main
 
 
@@ -11,7 +13,14 @@ def test_demo_runs_exact_and_fits_100_columns(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("matmuls: ")
     assert any("auto-tuned lookahead (" in ln for ln in lines)
+    assert any("medians of 3 interleaved rounds" in ln for ln in lines)
     rows = [ln for ln in lines if ln.split() and ln.split()[0] in BUILTIN_PROMPTS]
     assert len(rows) == 5 * len(BUILTIN_PROMPTS)  # ar, jacobi, pld, lookahead paper and auto per prompt
     assert all(ln.rstrip().endswith("yes") for ln in rows), "\n".join(rows)
     assert max(len(ln) for ln in lines) <= 100
+
+
+def test_demo_rejects_zero_rounds_before_loading(capsys):
+    with pytest.raises(SystemExit):
+        main(["--repeats", "0"])
+    assert "expected an integer >= 1, got '0'" in capsys.readouterr().err
