@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bf16w", "bfloat16"])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--max-new-tokens", type=positive_int, default=96)
     ap.add_argument("--repeats", type=positive_int, default=3, help="interleaved timing rounds (medians)")
     args = ap.parse_args(argv)
 

@@ -204,14 +204,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tasks", nargs="*", default=["humaneval", "mt_bench", "gsm8k", "xsum"],
                     help="tasks to decode; none (a bare --tasks): only the memory bound and latency curve per dtype")
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--prompts", type=positive_int, default=4)
+    ap.add_argument("--max-new-tokens", type=positive_int, default=256)
     ap.add_argument("--rounds", type=positive_int, default=1,
                     help="interleaved passes over the prompts; each method x prompt timing is the median over them")
     ap.add_argument("--cache-len", type=int, default=300)
     ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
-    ap.add_argument("--calibration-prompts", type=int, default=2,
+    ap.add_argument("--calibration-prompts", type=positive_int, default=2,
                     help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP[,PL]]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")

@@ -20,7 +20,8 @@ def test_demo_runs_exact_and_fits_100_columns(capsys):
     assert max(len(ln) for ln in lines) <= 100
 
 
-def test_demo_rejects_zero_rounds_before_loading(capsys):
+@pytest.mark.parametrize("option", ["--repeats", "--max-new-tokens"])
+def test_demo_rejects_zero_counts_before_loading(option, capsys):
     with pytest.raises(SystemExit):
-        main(["--repeats", "0"])
+        main([option, "0"])
     assert "expected an integer >= 1, got '0'" in capsys.readouterr().err

@@ -81,6 +81,15 @@ def test_repeated_settings_are_refused_before_any_work(argv, capsys):
     assert exc.value.code == 2 and "given twice" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--prompts", "--max-new-tokens", "--calibration-prompts", "--rounds"])
+def test_zero_counts_are_refused_before_any_work(option, capsys):
+    from harness.perf import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([option, "0", "--tasks"])
+    assert exc.value.code == 2 and "expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
 def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
     """Bandwidth, t(1) and the forward's 1-row matmuls alone come from the same interleaved rounds, per
     backend, and the memory line splits t(1) with them."""
