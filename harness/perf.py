@@ -58,7 +58,7 @@ from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES, bandwidth_probe, forward_matmuls, round_robin
+from harness.runtime.matmul import MATMUL_CHOICES, bandwidth_probe, forward_matmuls, round_robin_samples
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -157,20 +157,39 @@ def format_table(table: list[dict[str, Any]]) -> str:
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
 
 
-def memory_rounds(backends: dict[str, Any], cache_len: int,
-                  reps: int = 15) -> tuple[float, dict[str, float], dict[str, float]]:
-    """Read bandwidth (bytes/s), and each backend's t(1) and 1-row matmuls alone (s, by its key), medians
-    of the same interleaved rounds (a probe, then every backend's 1-token step and matmuls). Why: on a VM
-    whose bandwidth swings 2x in minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of
-    the bound (Zen 5, 2026-12-03): a bound and a time of different moments do not compare."""
+@dataclass
+class MemoryRounds:
+    """What ``memory_rounds`` measured: read bandwidth (bytes/s); per backend key, t(1) and its 1-row
+    matmuls alone (s, medians) and t(1) of every round (entry i: round i, for paired ratios)."""
+
+    bandwidth: float
+    t1: dict[str, float]
+    matmuls: dict[str, float]
+    t1_rounds: dict[str, list[float]]
+
+    def t1_ratio(self, key: str, base: str) -> tuple[float, float, float]:
+        """t(1) of ``key`` over ``base`` within each round: (median, lower quartile, upper quartile). Why: the
+        ratio of two medians hides how far a round's pair swings (0.60 could be 0.58-0.62 or 0.55-0.65)."""
+        ratios = [a / b for a, b in zip(self.t1_rounds[key], self.t1_rounds[base])]
+        q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        return q2, q1, q3
+
+
+def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> MemoryRounds:
+    """Read bandwidth, and each backend's t(1) and 1-row matmuls alone, from the same interleaved rounds (a
+    probe, then every backend's 1-token step and matmuls). Why: on a VM whose bandwidth swings 2x in
+    minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of the bound (Zen 5, 2026-12-03):
+    a bound and a time of different moments do not compare. A round takes ~0.1 s, so 41 are cheap."""
     probe, nbytes = bandwidth_probe()
     fns: dict[Any, Callable[[], object]] = {"probe": probe}
     for key, backend in backends.items():
         fns["t1", key] = one_step(backend, cache_len)
         fns["matmuls", key] = forward_matmuls(backend)
-    times = round_robin(fns, reps)
-    return (nbytes / times["probe"], {key: times["t1", key] for key in backends},
-            {key: times["matmuls", key] for key in backends})
+    samples = round_robin_samples(fns, reps)
+    times = {name: statistics.median(ts) for name, ts in samples.items()}
+    return MemoryRounds(nbytes / times["probe"], {key: times["t1", key] for key in backends},
+                        {key: times["matmuls", key] for key in backends},
+                        {key: samples["t1", key] for key in backends})
 
 
 def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float) -> str:
@@ -235,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
                 for dtype in args.dtype}
     curves = dict(zip(backends, latency_curves(list(backends.values()), cache_len=args.cache_len)))
     # after the curves: one_step refills each backend's cache
-    bandwidth, t1, matmuls = memory_rounds(backends, args.cache_len)
+    mem = memory_rounds(backends, args.cache_len)
+    bandwidth, t1, matmuls = mem.bandwidth, mem.t1, mem.matmuls
     report["read_bandwidth_Bps"] = bandwidth
     for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
@@ -244,16 +264,18 @@ def main(argv: list[str] | None = None) -> None:
         head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
                 f"{backend.attention_path}; {args.model}, cache "
                 f"{args.cache_len}: {line}\n{memory_floor_line(backend, t1[dtype], bandwidth, matmuls[dtype])}")
-        if dtype != args.dtype[0]:
-            first = args.dtype[0]
-            head += (f"\nt(1) {dtype} / t(1) {first} = {t1[dtype] / t1[first]:.2f}x "
-                     f"(measured interleaved); matmuls alone "
-                     f"{matmuls[dtype] / matmuls[first]:.2f}x")
+        first = args.dtype[0]
+        if dtype != first:
+            ratio = mem.t1_ratio(dtype, first)
+            head += (f"\nt(1) {dtype} / t(1) {first} = {t1[dtype] / t1[first]:.3f}x (medians of interleaved "
+                     f"rounds); within a round {ratio[0]:.3f}x, quartiles {ratio[1]:.3f}-{ratio[2]:.3f} over "
+                     f"{len(mem.t1_rounds[dtype])} rounds; matmuls alone {matmuls[dtype] / matmuls[first]:.3f}x")
         print(head, flush=True)
         text.append(head)
         report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path,
                                              "attention_path": backend.attention_path, "curve_s": curve,
                                              "t1_s": t1[dtype], "matmuls_s": matmuls[dtype],
+                                             "t1_rounds_s": mem.t1_rounds[dtype],
                                              "step_weight_bytes": backend.step_weight_bytes()}
         for task in args.tasks:
             found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)

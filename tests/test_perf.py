@@ -98,11 +98,24 @@ def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
 
     backends = {"a": tiny_backend(0), "b": tiny_backend(1)}
     assert len(backends["a"].projections()) == backends["a"].shape.n_layers * 4 + 1
-    bandwidth, t1s, matmuls = memory_rounds(backends, cache_len=8, reps=5)
-    assert bandwidth > 1e8 and set(t1s) == set(matmuls) == {"a", "b"}
+    mem = memory_rounds(backends, cache_len=8, reps=5)
+    t1s, matmuls = mem.t1, mem.matmuls
+    assert mem.bandwidth > 1e8 and set(t1s) == set(matmuls) == set(mem.t1_rounds) == {"a", "b"}
     assert all(0 < matmuls[k] < t1s[k] < 1 for k in backends)  # a forward is its matmuls and more
+    assert all(len(mem.t1_rounds[k]) == 5 and sorted(mem.t1_rounds[k])[2] == t1s[k] for k in backends)
     line = memory_floor_line(backends["a"], t1s["a"], bandwidth=1e10, matmul_s=matmuls["a"])
     assert "its matmuls alone" in line and f"the rest {(t1s['a'] - matmuls['a']) * 1e3:.1f} ms" in line
+
+
+def test_t1_ratio_pairs_the_rounds():
+    """The bf16w / float32 ratio is taken within each round, then summarised: a slow round slows both of
+    its pair, so the ratio of medians (here 1.0) is not what the rounds say (1.5, quartiles 1/3-2)."""
+    from harness.perf import MemoryRounds
+
+    mem = MemoryRounds(1e9, {"a": 2.0, "b": 2.0}, {}, {"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]})
+    median, q1, q3 = mem.t1_ratio("a", "b")
+    assert median == pytest.approx(1.5) and q1 == pytest.approx(1 / 3) and q3 == pytest.approx(2.0)
+    assert mem.t1_ratio("a", "a") == (1.0, 1.0, 1.0)
 
 
 def test_round_robin_interleaves_calls_and_skips_the_warm_up():

@@ -112,11 +112,10 @@ def bandwidth_probe(megabytes: int = 512) -> tuple[Callable[[], object], int]:
     return x.sum, x.numel() * 4
 
 
-def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1,
-                stat: str = "median") -> dict[Any, float]:
-    """Seconds per function (``stat``: median or min of ``reps`` timed calls), the calls interleaved: each
-    round calls every function once in turn, so a slow spell of a shared machine falls on all of them
-    alike and their ratios stay comparable; the first ``warmup`` rounds are untimed."""
+def round_robin_samples(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1) -> dict[Any, list[float]]:
+    """Seconds of each of ``reps`` timed calls per function, the calls interleaved: each round calls every
+    function once in turn, so a slow spell of a shared machine falls on all of them alike and their ratios
+    stay comparable (entry i of every list is round i); the first ``warmup`` rounds are untimed."""
     times: dict[Any, list[float]] = {name: [] for name in fns}
     for rep in range(warmup + reps):
         for name, fn in fns.items():
@@ -124,8 +123,14 @@ def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1
             fn()
             if rep >= warmup:
                 times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1,
+                stat: str = "median") -> dict[Any, float]:
+    """Seconds per function: the median or min (``stat``) of ``round_robin_samples``' interleaved calls."""
     pick = min if stat == "min" else statistics.median
-    return {name: pick(ts) for name, ts in times.items()}
+    return {name: pick(ts) for name, ts in round_robin_samples(fns, reps, warmup).items()}
 
 
 def forward_matmuls(backend: Any, seed: int = 0) -> Callable[[], None]:
