@@ -321,6 +321,20 @@ def test_sources_from_an_edited_copy(tmp_path):
         K.load_small_gemm("baseline", source_dir=copy)
 
 
+@pytest.mark.parametrize("script, option", [("bench", "--reps"), ("bench", "--rows"), ("bench", "--layers"),
+                                            ("bench_attention", "--reps"), ("bench_attention", "--lengths"),
+                                            ("bench_attention", "--cache-len"), ("bench_attention", "--rows")])
+def test_bench_counts_refuse_zero(script, option, capsys):
+    """The developer benches' counts take positive_int like perf's: 0 stops at parsing with the expected
+    form, before any weights are made or a model loads."""
+    import importlib
+
+    main = importlib.import_module(f"harness.runtime.kernels.{script}").main
+    with pytest.raises(SystemExit) as stop:
+        main([option, "0"])
+    assert stop.value.code == 2 and "expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
 def test_bench_times_copies_beside_ours(tmp_path, capsys):
     """``kernels.bench --against DIR...``: one column per build, timed interleaved (identical copies: the
     cached build, loaded under each directory's name)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from harness.cli_args import positive_int
 from harness.runtime.kernels import available_variants, load_small_gemm
 from harness.runtime.matmul import bandwidth_probe, round_robin
 
@@ -42,9 +43,9 @@ def weights(layers: int) -> list[torch.Tensor]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=ROWS)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--rows", type=positive_int, nargs="+", default=ROWS)
+    ap.add_argument("--reps", type=positive_int, default=7)
+    ap.add_argument("--layers", type=positive_int, default=LAYERS)
     ap.add_argument("--variants", nargs="+", default=None, help="kernel variants (default: all this CPU runs)")
     ap.add_argument("--no-torch", action="store_true", help="skip F.linear")
     ap.add_argument("--stat", choices=["median", "min"], default="median",

@@ -19,6 +19,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+from harness.cli_args import positive_int
 from harness.runtime.kernels import load_small_gemm
 from harness.runtime.matmul import round_robin
 
@@ -83,10 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bf16w"])
-    ap.add_argument("--lengths", type=int, nargs="+", default=[300, 1000], help="cache entries (attention table)")
-    ap.add_argument("--rows", type=int, nargs="+", default=[1, 6, 12, 24])
-    ap.add_argument("--cache-len", type=int, default=300, help="cache entries before the timed forwards")
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--lengths", type=positive_int, nargs="+", default=[300, 1000],
+                    help="cache entries (attention table)")
+    ap.add_argument("--rows", type=positive_int, nargs="+", default=[1, 6, 12, 24])
+    ap.add_argument("--cache-len", type=positive_int, default=300, help="cache entries before the timed forwards")
+    ap.add_argument("--reps", type=positive_int, default=30)
     args = ap.parse_args(argv)
     with torch.inference_mode():
         attention = attention_table(args.lengths, args.rows, args.reps * 5)
