@@ -5,8 +5,9 @@ S = tokens / steps (prefill not counted), tokens/s, speedup over `ar` and whethe
 reproduced `ar`'s tokens exactly. Lookahead runs twice: a paper-style setting, and the shape the
 auto-tuner picks for this machine's latency curve, calibrated on two held-out prompts (never on the
 measured ones). Every decoder gets one untimed warm-up first; timed figures are medians over ``--repeats``
-rounds, each running every decoder once in turn: a CPU VM's memory speed drifts by 2x within minutes, and a
-decoder timed once, after the others, took the drift as its own speedup or loss.
+rounds, each running every decoder once in turn, starting at the next decoder each round: a CPU VM's memory
+speed drifts by 2x within minutes, and a decoder timed once, after the others, took the drift as its own
+speedup or loss.
 
     python -m harness.demo [--model smollm2] [--dtype float32|bf16w] [--max-new-tokens 96] [--repeats 3]
 """
@@ -44,6 +45,14 @@ CALIBRATION_PROMPTS = (
 )
 PAPER_STYLE = {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}
 CPU_POOLS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
+
+
+def rotated(n: int, turn: int) -> list[int]:
+    """0..n-1 starting at ``turn`` (mod n). Why: in a fixed order `ar` always ran first in its round, so
+    whatever a round's start costs fell on the reference alone; rotating spreads it over every decoder, as
+    perf's rounds do. (A fixed-order demo showed `pld` 1.19x faster than `ar` at S = 1.00, which only noise
+    or such a bias can give.)"""
+    return [(turn + i) % n for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,9 +101,9 @@ def main(argv: list[str] | None = None) -> None:
         for dec in decoders:
             dec.generate(backend, ids, min(16, args.max_new_tokens))  # warm-up, untimed
         runs: list[list] = [[] for _ in decoders]
-        for _ in range(args.repeats):  # every decoder once per round
-            for dec, done in zip(decoders, runs):
-                done.append(dec.generate(backend, ids, args.max_new_tokens))
+        for r in range(args.repeats):  # every decoder once per round, round r starting at decoder r (as perf)
+            for i in rotated(len(decoders), r):
+                runs[i].append(decoders[i].generate(backend, ids, args.max_new_tokens))
         ref_tokens, ref_time = None, None
         for (label, name, _), done in zip(configs, runs):
             res = done[0]
