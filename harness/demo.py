@@ -22,6 +22,7 @@ from decoders import build_decoder
 from decoders.autotune import autotune, latency_curve
 from decoders.lookahead import SHAPE, shape_label
 from harness.cli_args import positive_int
+from harness.runtime.matmul import rotated
 
 BUILTIN_PROMPTS = {
     "chat": "Give me three tips for staying focused while studying, with one sentence each.",
@@ -45,14 +46,6 @@ CALIBRATION_PROMPTS = (
 )
 PAPER_STYLE = {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}
 CPU_POOLS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
-
-
-def rotated(n: int, turn: int) -> list[int]:
-    """0..n-1 starting at ``turn`` (mod n). Why: in a fixed order `ar` always ran first in its round, so
-    whatever a round's start costs fell on the reference alone; rotating spreads it over every decoder, as
-    perf's rounds do. (A fixed-order demo showed `pld` 1.19x faster than `ar` at S = 1.00, which only noise
-    or such a bias can give.)"""
-    return [(turn + i) % n for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,7 +94,9 @@ def main(argv: list[str] | None = None) -> None:
         for dec in decoders:
             dec.generate(backend, ids, min(16, args.max_new_tokens))  # warm-up, untimed
         runs: list[list] = [[] for _ in decoders]
-        for r in range(args.repeats):  # every decoder once per round, round r starting at decoder r (as perf)
+        # every decoder once per round, round r starting at decoder r: in a fixed order `ar` always ran first,
+        # and a demo showed `pld` 1.19x over `ar` at S = 1.00, which only noise or such a bias can give
+        for r in range(args.repeats):
             for i in rotated(len(decoders), r):
                 runs[i].append(decoders[i].generate(backend, ids, args.max_new_tokens))
         ref_tokens, ref_time = None, None

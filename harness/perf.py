@@ -58,7 +58,7 @@ from harness.jobs import measure
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES, bandwidth_probe, forward_matmuls, round_robin_samples
+from harness.runtime.matmul import MATMUL_CHOICES, bandwidth_probe, forward_matmuls, rotated, round_robin_samples
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -315,8 +315,7 @@ def main(argv: list[str] | None = None) -> None:
             rows = []
             for r in range(args.rounds):
                 for p_i, ids in enumerate(prompts):
-                    turn = (p_i + r) % len(methods)
-                    for m in methods[turn:] + methods[:turn]:  # rotate: drift cancels
+                    for m in (methods[i] for i in rotated(len(methods), p_i + r)):  # drift cancels
                         rows.append({"method": m.name, "prompt": p_i, "round": r, **m.run(ids, args.max_new_tokens)})
             table = summarize(merged := median_rounds(rows), curve)
             by_size = steps_by_size([r for r in merged if r["method"] == auto_name],

@@ -126,6 +126,12 @@ def round_robin_samples(fns: dict[Any, Callable[[], object]], reps: int, warmup:
     return times
 
 
+def rotated(n: int, turn: int) -> list[int]:
+    """0..n-1 starting at ``turn`` (mod n): the order of one round of timed runs. Why: in a fixed order the
+    first (often the reference) alone pays whatever a round's start costs; rotating spreads it."""
+    return [(turn + i) % n for i in range(n)]
+
+
 def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1,
                 stat: str = "median") -> dict[Any, float]:
     """Seconds per function: the median or min (``stat``) of ``round_robin_samples``' interleaved calls."""
