@@ -11,7 +11,7 @@
    over a 512 MB buffer), and t(1) against bytes / bandwidth, split into the forward's matmuls alone (its
    1-row projections called back to back) and the rest (norms, RoPE, attention, the Python and thread
    hand-offs between them). All of these, for every dtype, are medians of the same interleaved rounds
-   (see ``memory_rounds``). Results go to ``<out>/<kernel variant or library>``
+   (see ``harness.memory_bound``). Results go to ``<out>/<kernel variant or library>``
    so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from decoders.autotune import autotune, interp_latency, latency_curves, one_step, predicted_speedup
+from decoders.autotune import autotune, interp_latency, latency_curves, predicted_speedup
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
@@ -55,10 +55,11 @@ from harness.analysis.io import to_markdown
 from harness.analysis.steps import steps_by_size
 from harness.cli_args import parse_pld, parse_shape, positive_int
 from harness.jobs import measure
+from harness.memory_bound import memory_floor_line, memory_rounds
 from harness.records import compression
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES, bandwidth_probe, forward_matmuls, rotated, round_robin_samples
+from harness.runtime.matmul import MATMUL_CHOICES, rotated
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -155,52 +156,6 @@ def format_table(table: list[dict[str, Any]]) -> str:
     cols = ["method", "prompts", "tok_per_s", "speedup", "speedup_median", "S", "k_mean", "roofline",
             "of_roofline", "overhead", "exact"]
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
-
-
-@dataclass
-class MemoryRounds:
-    """What ``memory_rounds`` measured: read bandwidth (bytes/s); per backend key, t(1) and its 1-row
-    matmuls alone (s, medians) and t(1) of every round (entry i: round i, for paired ratios)."""
-
-    bandwidth: float
-    t1: dict[str, float]
-    matmuls: dict[str, float]
-    t1_rounds: dict[str, list[float]]
-
-    def t1_ratio(self, key: str, base: str) -> tuple[float, float, float]:
-        """t(1) of ``key`` over ``base`` within each round: (median, lower quartile, upper quartile). Why: the
-        ratio of two medians hides how far a round's pair swings (0.60 could be 0.58-0.62 or 0.55-0.65)."""
-        ratios = [a / b for a, b in zip(self.t1_rounds[key], self.t1_rounds[base])]
-        q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-        return q2, q1, q3
-
-
-def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> MemoryRounds:
-    """Read bandwidth, and each backend's t(1) and 1-row matmuls alone, from the same interleaved rounds (a
-    probe, then every backend's 1-token step and matmuls). Why: on a VM whose bandwidth swings 2x in
-    minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of the bound (Zen 5, 2026-12-03):
-    a bound and a time of different moments do not compare. A round takes ~0.1 s, so 41 are cheap."""
-    probe, nbytes = bandwidth_probe()
-    fns: dict[Any, Callable[[], object]] = {"probe": probe}
-    for key, backend in backends.items():
-        fns["t1", key] = one_step(backend, cache_len)
-        fns["matmuls", key] = forward_matmuls(backend)
-    samples = round_robin_samples(fns, reps)
-    times = {name: statistics.median(ts) for name, ts in samples.items()}
-    return MemoryRounds(nbytes / times["probe"], {key: times["t1", key] for key in backends},
-                        {key: times["matmuls", key] for key in backends},
-                        {key: samples["t1", key] for key in backends})
-
-
-def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float) -> str:
-    """t(1), and its matmuls alone, against the time to read the step's weights once at the bandwidth
-    measured in the same rounds."""
-    weight = backend.step_weight_bytes()
-    floor = weight / bandwidth
-    return (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
-            f"{floor * 1e3:.1f} ms; t(1) = {t1 * 1e3:.1f} ms = {t1 / floor:.2f}x the bound: its matmuls "
-            f"alone {matmul_s * 1e3:.1f} ms ({matmul_s / floor:.2f}x), the rest {(t1 - matmul_s) * 1e3:.1f} ms "
-            f"(medians of interleaved rounds)")
 
 
 def matmul_key(path: str) -> str:

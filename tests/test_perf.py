@@ -93,7 +93,7 @@ def test_zero_counts_are_refused_before_any_work(option, capsys):
 def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
     """Bandwidth, t(1) and the forward's 1-row matmuls alone come from the same interleaved rounds, per
     backend, and the memory line splits t(1) with them."""
-    from harness.perf import memory_floor_line, memory_rounds
+    from harness.memory_bound import memory_floor_line, memory_rounds
     from tests.tiny import tiny_backend
 
     backends = {"a": tiny_backend(0), "b": tiny_backend(1)}
@@ -110,7 +110,7 @@ def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
 def test_t1_ratio_pairs_the_rounds():
     """The bf16w / float32 ratio is taken within each round, then summarised: a slow round slows both of
     its pair, so the ratio of medians (here 1.0) is not what the rounds say (1.5, quartiles 1/3-2)."""
-    from harness.perf import MemoryRounds
+    from harness.memory_bound import MemoryRounds
 
     mem = MemoryRounds(1e9, {"a": 2.0, "b": 2.0}, {}, {"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]})
     median, q1, q3 = mem.t1_ratio("a", "b")

@@ -1,0 +1,59 @@
+"""The memory bound of a decoding step: how long one step takes against the time to read its matmul weights
+once at this machine's measured read bandwidth (``perf``'s first section). The bandwidth, t(1) of every
+weight mode and their matmuls alone are timed in the same interleaved rounds, so a bound and a time come
+from the same moment, and the bf16w / float32 ratio can be taken within each round."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from decoders.autotune import one_step
+from harness.runtime.matmul import bandwidth_probe, forward_matmuls, round_robin_samples
+
+
+@dataclass
+class MemoryRounds:
+    """What ``memory_rounds`` measured: read bandwidth (bytes/s); per backend key, t(1) and its 1-row
+    matmuls alone (s, medians) and t(1) of every round (entry i: round i, for paired ratios)."""
+
+    bandwidth: float
+    t1: dict[str, float]
+    matmuls: dict[str, float]
+    t1_rounds: dict[str, list[float]]
+
+    def t1_ratio(self, key: str, base: str) -> tuple[float, float, float]:
+        """t(1) of ``key`` over ``base`` within each round: (median, lower quartile, upper quartile). Why: the
+        ratio of two medians hides how far a round's pair swings (0.60 could be 0.58-0.62 or 0.55-0.65)."""
+        ratios = [a / b for a, b in zip(self.t1_rounds[key], self.t1_rounds[base])]
+        q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        return q2, q1, q3
+
+
+def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> MemoryRounds:
+    """Read bandwidth, and each backend's t(1) and 1-row matmuls alone, from the same interleaved rounds (a
+    probe, then every backend's 1-token step and matmuls). Why: on a VM whose bandwidth swings 2x in
+    minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of the bound (Zen 5, 2026-12-03):
+    a bound and a time of different moments do not compare. A round takes ~0.1 s, so 41 are cheap."""
+    probe, nbytes = bandwidth_probe()
+    fns: dict[Any, Callable[[], object]] = {"probe": probe}
+    for key, backend in backends.items():
+        fns["t1", key] = one_step(backend, cache_len)
+        fns["matmuls", key] = forward_matmuls(backend)
+    samples = round_robin_samples(fns, reps)
+    times = {name: statistics.median(ts) for name, ts in samples.items()}
+    return MemoryRounds(nbytes / times["probe"], {key: times["t1", key] for key in backends},
+                        {key: times["matmuls", key] for key in backends},
+                        {key: samples["t1", key] for key in backends})
+
+
+def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float) -> str:
+    """t(1), and its matmuls alone, against the time to read the step's weights once at the bandwidth
+    measured in the same rounds."""
+    weight = backend.step_weight_bytes()
+    floor = weight / bandwidth
+    return (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
+            f"{floor * 1e3:.1f} ms; t(1) = {t1 * 1e3:.1f} ms = {t1 / floor:.2f}x the bound: its matmuls "
+            f"alone {matmul_s * 1e3:.1f} ms ({matmul_s / floor:.2f}x), the rest {(t1 - matmul_s) * 1e3:.1f} ms "
+            f"(medians of interleaved rounds)")
