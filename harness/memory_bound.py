@@ -15,13 +15,17 @@ from harness.runtime.matmul import bandwidth_probe, forward_matmuls, round_robin
 
 @dataclass
 class MemoryRounds:
-    """What ``memory_rounds`` measured: read bandwidth (bytes/s); per backend key, t(1) and its 1-row
-    matmuls alone (s, medians) and t(1) of every round (entry i: round i, for paired ratios)."""
+    """What ``memory_rounds`` measured: read bandwidth (bytes/s); per backend key, its 1-row matmuls alone
+    (s, median) and t(1) of every round (entry i: round i, for paired ratios)."""
 
     bandwidth: float
-    t1: dict[str, float]
     matmuls: dict[str, float]
     t1_rounds: dict[str, list[float]]
+
+    @property
+    def t1(self) -> dict[str, float]:
+        """t(1) per backend key: the median of its rounds."""
+        return {key: statistics.median(ts) for key, ts in self.t1_rounds.items()}
 
     def t1_ratio(self, key: str, base: str) -> tuple[float, float, float]:
         """t(1) of ``key`` over ``base`` within each round: (median, lower quartile, upper quartile). Why: the
@@ -43,8 +47,7 @@ def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> M
         fns["matmuls", key] = forward_matmuls(backend)
     samples = round_robin_samples(fns, reps)
     times = {name: statistics.median(ts) for name, ts in samples.items()}
-    return MemoryRounds(nbytes / times["probe"], {key: times["t1", key] for key in backends},
-                        {key: times["matmuls", key] for key in backends},
+    return MemoryRounds(nbytes / times["probe"], {key: times["matmuls", key] for key in backends},
                         {key: samples["t1", key] for key in backends})
 
 

@@ -112,7 +112,7 @@ def test_t1_ratio_pairs_the_rounds():
     its pair, so the ratio of medians (here 1.0) is not what the rounds say (1.5, quartiles 1/3-2)."""
     from harness.memory_bound import MemoryRounds
 
-    mem = MemoryRounds(1e9, {"a": 2.0, "b": 2.0}, {}, {"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]})
+    mem = MemoryRounds(1e9, {}, {"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]})
     median, q1, q3 = mem.t1_ratio("a", "b")
     assert median == pytest.approx(1.5) and q1 == pytest.approx(1 / 3) and q3 == pytest.approx(2.0)
     assert mem.t1_ratio("a", "a") == (1.0, 1.0, 1.0)
