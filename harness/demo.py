@@ -22,6 +22,7 @@ from decoders import build_decoder
 from decoders.autotune import autotune, latency_curve
 from decoders.lookahead import SHAPE, shape_label
 from harness.cli_args import positive_int
+from harness.runtime.kernels import cpu_identity, cpu_line
 from harness.runtime.matmul import rotated
 
 BUILTIN_PROMPTS = {
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     backend = load_backend(args.model, dtype=args.dtype, device=args.device)
+    print(f"cpu: {cpu_line(cpu_identity())}")
     print(f"matmuls: {backend.matmul_path}; attention: {backend.attention_path}")
     print(f"model {args.model} ({args.dtype}, {args.device}) loaded in {time.perf_counter() - t0:.1f}s")
 

@@ -57,6 +57,7 @@ from harness.cli_args import parse_pld, parse_shape, positive_int
 from harness.jobs import measure
 from harness.memory_bound import memory_floor_line, memory_rounds
 from harness.records import compression
+from harness.runtime.kernels import cpu_identity, cpu_line
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
 from harness.runtime.matmul import MATMUL_CHOICES, rotated
@@ -201,8 +202,11 @@ def main(argv: list[str] | None = None) -> None:
     if len(set(args.dtype)) < len(args.dtype):
         ap.error("a --dtype is given twice; drop the repeat")
 
-    report: dict[str, Any] = {"machine": platform.platform(), "device": args.device, "args": vars(args), "runs": {}}
-    text = []
+    cpu = cpu_identity()
+    report: dict[str, Any] = {"machine": platform.platform(), "cpu": cpu, "device": args.device, "args": vars(args),
+                              "runs": {}}
+    text = [f"cpu: {cpu_line(cpu)}"]
+    print(text[0], flush=True)
     out_dir = None
     # every dtype loaded at once, so their latency curves are measured interleaved (see latency_curves)
     backends = {dtype: load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)

@@ -33,6 +33,7 @@ from harness.config import register_configs
 from harness.jobs import measure
 from harness.jobspec import Job, UserError, check_context, fail, hydra_message, prepare  # noqa: F401  (API)
 from harness.records import RecordsError, RecordWriter, compression, config_label, read_manifest, update_manifest
+from harness.runtime.kernels import cpu_identity
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "lookahead-bench")
@@ -75,7 +76,7 @@ def invocation(job: Job, backend) -> dict[str, Any]:
         "code_sandbox": job.task.sandbox_kind() if hasattr(job.task, "sandbox_kind") else None,
         "hardware": {
             "platform": platform.platform(),
-            "processor": platform.processor(),
+            "cpu": cpu_identity(),
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "cuda": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else None,

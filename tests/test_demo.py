@@ -1,5 +1,5 @@
 """`make demo` (the README's first command) on the embedded model, at a few tokens: it names the matmul
-path first, tunes, runs every decoder on every built-in prompt, and every output equals `ar`'s."""
+path first (after the CPU), tunes, runs every decoder on every built-in prompt, and every output equals `ar`'s."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from harness.demo import BUILTIN_PROMPTS, main
 def test_demo_runs_exact_and_fits_100_columns(capsys):
     main(["--max-new-tokens", "8"])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("matmuls: ")
+    assert lines[0].startswith("cpu: ") and "torch " in lines[0] and lines[1].startswith("matmuls: ")
     assert any("auto-tuned lookahead (" in ln for ln in lines)
     assert any("medians of 3 interleaved rounds" in ln for ln in lines)
     rows = [ln for ln in lines if ln.split() and ln.split()[0] in BUILTIN_PROMPTS]

@@ -37,6 +37,23 @@ def test_variants_this_cpu_can_execute():
         assert ("avx512" in AVAILABLE) == (K.X86_VARIANTS["avx512"][1] <= flags)
 
 
+def test_cpu_identity_names_family_model_and_isa(tmp_path, monkeypatch):
+    """Perf results and manifests say which CPU timed them: a VM's "AMD EPYC" is Zen 4 or Zen 5 only by
+    its family and model. The first processor's block of /proc/cpuinfo is read."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                    "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma avx512f\n\n"
+                    "processor\t: 1\ncpu family\t: 99\nmodel name\t: other\nflags\t\t: sse2\n")
+    assert K._cpuinfo(tmp_path / "missing") is None
+    fields = K._cpuinfo(info)
+    monkeypatch.setattr(K, "_cpuinfo", lambda: fields)
+    cpu = K.cpu_identity()
+    assert (cpu["name"], cpu["family"], cpu["model"], cpu["isa"]) == ("AMD EPYC", "25", "17", ["avx2", "fma", "avx512f"])
+    assert K._cpu_flags() == {"fpu", "sse2", "avx2", "fma", "avx512f"}
+    line = K.cpu_line(cpu)
+    assert line.startswith("AMD EPYC (family 25 model 17; avx2 fma avx512f; torch ") and line.endswith(" CPUs)")
+
+
 @pytest.fixture(scope="module", params=KNOWN)
 def mod(request):
     """The built module of each variant (module-scoped: one load per variant and test run)."""

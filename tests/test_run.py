@@ -253,6 +253,7 @@ def test_a_changed_task_option_is_a_new_job_and_a_raised_limit_extends_one(tiny_
     assert [inv["counts"]["done"] for inv in manifest["invocations"]] == [2, 1]  # one entry per invocation
     for inv in manifest["invocations"]:
         assert inv["started"] <= inv["ended"] and "matmul_path" in inv and inv["versions"]["torch"]
+        assert inv["hardware"]["cpu"]["name"] and inv["hardware"]["cpu"]["torch_capability"]
     assert read_manifest(fewshot["run_dir"])["identity"]["task_options"] == {"num_fewshot": 8}
     df = load_records(tmp_path)
     assert len(df) == 5 and set(df["job_id"]) == {first["job_id"], fewshot["job_id"]}

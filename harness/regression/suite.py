@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.jobs import measure
 from harness.records import compression
+from harness.runtime.kernels import cpu_identity, cpu_line
 
 if TYPE_CHECKING:
     from decoders.base import Decoder
@@ -161,6 +162,7 @@ def environment(backend: Backend, model: str, dtype: str) -> dict[str, Any]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpu": cpu_line(cpu_identity()),
         "matmul_path": backend.matmul_path,
         "attention_path": backend.attention_path,
     }

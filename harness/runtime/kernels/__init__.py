@@ -110,17 +110,52 @@ def _variants() -> dict[str, tuple[list[str], set[str]]]:
     return X86_VARIANTS if _is_x86() else OTHER_VARIANTS
 
 
-def _cpu_flags() -> set[str] | None:
-    """The CPU's feature flags from /proc/cpuinfo, None where there is none (not Linux)."""
+def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str] | None:
+    """The first processor's fields in /proc/cpuinfo, None where there is none (not Linux)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = path.read_text()
     except OSError:
         return None
+    fields: dict[str, str] = {}
     for line in text.splitlines():
+        if not line.strip() and fields:  # the blank line after the first processor
+            break
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return None
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo, None where there is none (not Linux)."""
+    fields = _cpuinfo()
+    if fields is None:
+        return None
+    flags = fields.get("flags", fields.get("Features"))
+    return set(flags.split()) if flags is not None else None
+
+
+# the features that decide which kernel variant and library paths a CPU runs
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+
+
+def cpu_identity() -> dict[str, object]:
+    """Which CPU a timing came from, for manifests and perf results. Why the family and model: a VM may
+    name its CPU only "AMD EPYC", and family 25 model 17 (Zen 4) and family 26 (Zen 5) time differently."""
+    fields = _cpuinfo() or {}
+    flags = _cpu_flags() or set()
+    return {
+        "name": fields.get("model name") or platform.processor() or platform.machine(),
+        "family": fields.get("cpu family"), "model": fields.get("model"),
+        "isa": [f for f in ISA_FLAGS if f in flags], "logical_cpus": os.cpu_count(),
+        "torch_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def cpu_line(cpu: dict[str, object]) -> str:
+    """``cpu_identity`` in one line: ``AMD EPYC (family 25 model 17; avx2 fma avx512f; torch AVX512; 2 CPUs)``."""
+    where = f"family {cpu['family']} model {cpu['model']}; " if cpu.get("family") else ""
+    return (f"{cpu['name']} ({where}{' '.join(cpu['isa']) or 'no SIMD flags read'}; torch "
+            f"{cpu['torch_capability']}; {cpu['logical_cpus']} CPUs)")
 
 
 def available_variants() -> list[str]:

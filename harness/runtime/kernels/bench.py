@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cli_args import positive_int
-from harness.runtime.kernels import available_variants, load_small_gemm
+from harness.runtime.kernels import available_variants, cpu_identity, cpu_line, load_small_gemm
 from harness.runtime.matmul import bandwidth_probe, round_robin
 
 HIDDEN, INTER, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     for (name, r), seconds in timed.items():
         columns.setdefault(name, {})[r] = 1e3 * seconds
 
+    print(f"cpu: {cpu_line(cpu_identity())}")
     print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB, {args.stat} of the "
           f"same reps), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
