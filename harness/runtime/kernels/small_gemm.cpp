@@ -164,6 +164,12 @@ inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe, int64_t bst
 // consistent effect there (0.53-0.90x against 0.57-0.64x in six pairs), on a Xeon with AMX (2026-12-02,
 // `kernels.bench --against`, 4 interleaved runs) it put the 1-row bf16 matmuls at 0.88-0.93x.
 constexpr int64_t PREFETCH_BYTES = 2048;
+// ... but 1-row bfloat16 tiles prefetch only PREFETCH_ROW_BYTES ahead: on Zen 4 (EPYC family 25 model
+// 17, 2026-12-04, `kernels.bench --rows 1 --dtypes bf16 --against`, min of 21-31 interleaved reps, eight
+// runs at 30-52 GB/s) a forward's 1-row bf16 matmuls ran 0.86-0.98x (AVX-512) and 0.86-0.97x (AVX2 forced)
+// of 2048 bytes ahead; no prefetch at all ran 0.93-0.98x of 512 with AVX-512 but 1.00-1.09x with AVX2.
+// The Xeon's and Zen 5's figures above were taken at 2048; 512 keeps a prefetch where they wanted one.
+constexpr int64_t PREFETCH_ROW_BYTES = 512;
 
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
@@ -241,8 +247,8 @@ inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float*
 }
 
 // One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2);
-// the first streams the block from memory (prefetching PREFETCH_BYTES ahead where the tile shape
-// wants it), the later ones find it in L2, and the last of those prefetches the next block of the
+// the first streams the block from memory (prefetching PREFETCH_BYTES ahead, 1-row tiles
+// PREFETCH_ROW_BYTES, where the tile shape wants it), the later ones find it in L2, and the last of those prefetches the next block of the
 // thread's run (`next`) line for line as it reads this one, so memory is busy while they compute:
 // measured 0.89-0.95x for 7-32 rows on AVX2 (A/B, EPYC), 0.88-0.98x for 13-32 rows on AVX-512.
 template <typename T, int NS, int MT>
@@ -251,7 +257,8 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
   const uintptr_t block_bytes = uintptr_t(NSB * K * SW * sizeof(T));
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
-    const uintptr_t pf = t == 0 ? uintptr_t(PREFETCH_BYTES) : t == tiles - 1 && next ? block_bytes : 0;
+    const uintptr_t first = MT == 1 ? PREFETCH_ROW_BYTES : PREFETCH_BYTES;
+    const uintptr_t pf = t == 0 ? first : t == tiles - 1 && next ? block_bytes : 0;
     rows_tile<T, NS, MT>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, pf);
     m0 += mt;
   }
@@ -282,7 +289,7 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
     if (M == 1) {
       if constexpr (TWO_BLOCKS<T>) {  // this block and the next of the run, when both are whole
         if (nb + 1 < b1 && n_out - (nb + 1) * BN >= BN) {
-          tile<T, 1, 2 * NSB>(x, K, wb, yb, n_out, 2 * BN, uintptr_t(PREFETCH_BYTES), NSB * K * SW);
+          tile<T, 1, 2 * NSB>(x, K, wb, yb, n_out, 2 * BN, uintptr_t(PREFETCH_ROW_BYTES), NSB * K * SW);
           ++nb;
           continue;
         }
@@ -418,7 +425,7 @@ pybind11::dict info() {
   d["block"] = BN;
   d["row_tile"] = MT_MAX;
   d["prefetch_bytes"] = PREFETCH_BYTES;
-  d["prefetch_bf16_row"] = PREFETCH_BF16_ROW;
+  d["prefetch_bf16_row_bytes"] = PREFETCH_BF16_ROW ? PREFETCH_ROW_BYTES : 0;
   d["work_split"] = "a run of blocks per thread, the rest taken from the back";
   d["bf16_row_blocks"] = TWO_BLOCKS<bf16> ? 2 : 1;  // blocks a 1-row bfloat16 tile spans
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
