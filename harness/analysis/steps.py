@@ -3,7 +3,7 @@
 Why: a speedup over ``ar`` is tokens / (sum over steps of t(k)) in units of t(1), so it is the
 cost-weighted mean of each step's own "tokens per t(1)". A step that accepts its root alone at a cost
 above t(1) runs slower than ``ar``. Grouping by k shows which kind of step pays and which one costs:
-on MT-Bench with AVX-512 (Zen 5, README's twelfth run), lookahead's window-only steps (3 tokens)
+on MT-Bench with AVX-512 (Zen 5, results/perf/RUNS.md, twelfth run), lookahead's window-only steps (3 tokens)
 accepted 1.00 token at 1.12x t(1), while its steps with a prompt-lookup match (11 tokens) accepted 3.9
 at 1.6x. A shape or kernel change can then be aimed at the group that loses.
 """
