@@ -144,7 +144,8 @@ class Backend:
         for the RoPE types whose frequencies follow the longest position seen (transformers' dynamic and
         longrope). The others compute them elementwise from the position, so a row of the table is bitwise
         what a per-forward call gives (tests compare). Why: that call cost 140-260 us of a 8-10 ms 1-token
-        bf16w SmolLM2 step (Zen 5, round-robin A/B; results/perf/RUNS.md, eighth run), where indexing the table costs a few."""
+        bf16w SmolLM2 step (Zen 5, round-robin A/B; results/perf/RUNS.md, eighth run), where indexing the
+        table costs a few."""
         rotary = self.model.model.rotary_emb
         rope_type = getattr(rotary, "rope_type", "default")
         if not isinstance(rope_type, str) or "dynamic" in rope_type or rope_type == "longrope":

@@ -248,8 +248,9 @@ inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float*
 
 // One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2);
 // the first streams the block from memory (prefetching PREFETCH_BYTES ahead, 1-row tiles
-// PREFETCH_ROW_BYTES, where the tile shape wants it), the later ones find it in L2, and the last of those prefetches the next block of the
-// thread's run (`next`) line for line as it reads this one, so memory is busy while they compute:
+// PREFETCH_ROW_BYTES, where the tile shape wants it), the later ones find it in L2, and the last of
+// those prefetches the next block of the thread's run (`next`) line for line as it reads this one, so
+// memory is busy while they compute:
 // measured 0.89-0.95x for 7-32 rows on AVX2 (A/B, EPYC), 0.88-0.98x for 13-32 rows on AVX-512.
 template <typename T, int NS, int MT>
 void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, bool next) {
