@@ -125,13 +125,15 @@ def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str] | None:
     return fields
 
 
+def _flags_of(fields: dict[str, str] | None) -> set[str] | None:
+    """The feature flags among a processor's cpuinfo fields (x86 ``flags``, aarch64 ``Features``)."""
+    flags = (fields or {}).get("flags", (fields or {}).get("Features"))
+    return set(flags.split()) if flags is not None else None
+
+
 def _cpu_flags() -> set[str] | None:
     """The CPU's feature flags from /proc/cpuinfo, None where there is none (not Linux)."""
-    fields = _cpuinfo()
-    if fields is None:
-        return None
-    flags = fields.get("flags", fields.get("Features"))
-    return set(flags.split()) if flags is not None else None
+    return _flags_of(_cpuinfo())
 
 
 # the features that decide which kernel variant and library paths a CPU runs
@@ -141,8 +143,8 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve"
 def cpu_identity() -> dict[str, object]:
     """Which CPU a timing came from, for manifests and perf results. Why the family and model: a VM may
     name its CPU only "AMD EPYC", and family 25 model 17 (Zen 4) and family 26 (Zen 5) time differently."""
-    fields = _cpuinfo() or {}
-    flags = _cpu_flags() or set()
+    fields = _cpuinfo() or {}  # read once: the flags come from the same fields
+    flags = _flags_of(fields) or set()
     return {
         "name": fields.get("model name") or platform.processor() or platform.machine(),
         "family": fields.get("cpu family"), "model": fields.get("model"),
