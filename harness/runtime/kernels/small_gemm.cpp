@@ -86,23 +86,35 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // Not taken: 3-4 float32 rows walking the block's four stripes round robin in 512-byte chunks
 // (accumulators parked in L1, k order kept) ran 0.74-0.92x on Zen 3 (six A/B runs) but 1.14-1.65x
 // slower on Zen 5 with AVX2 forced, with or without prefetch, 512 or 2048-byte chunks (2026-12-03).
+// AVX-512, float32 weights, 3-6 rows (MT_F32 > 0): 6 rows x 4 stripes (NS_F32; 24 accumulators, the 4 weights of
+// one k and a broadcast in 32 registers), without software prefetch: the block streams 4 lines a k step where
+// 12 x 2 tiles stream 2 twice. On Zen 4 (EPYC family 25 model 17, 2026-12-04, `kernels.bench --against`, min of
+// 21 interleaved reps, at 34-56 GB/s) a forward's 3-6 row float32 matmuls ran 0.84-0.92x of 12 x 2; with the
+// prefetch 1.04-1.08x; 7-12 rows as two 6 x 4 tiles 1.05-1.13x (so those keep 12 x 2), bfloat16 3-6 rows
+// 1.04-1.11x (2 stored stripes a k there already). On Zen 5 (twelfth run, RUNS.md) 6 x 4 for 4-6 rows had put
+// a 6-token forward at 1.025x, on older code; not measured there since.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
+constexpr int NS_F32 = 4, MT_F32 = 6;  // float32, 3-6 rows: 24 acc (+4 weights)
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr const char* ISA = "AVX2";
 constexpr int NS1 = 4, NS2 = 2, NS3 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2: 8 (+4 weights); 3: 12 (+4); 6: 12 (+2)
+constexpr int NS_F32 = NSM, MT_F32 = 0;  // no float32-only tile
 #elif defined(CPU_CAPABILITY_SVE256) || defined(CPU_CAPABILITY_SVE)
 constexpr const char* ISA = "SVE";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 6;
+constexpr int NS_F32 = NSM, MT_F32 = 0;  // no float32-only tile
 #elif defined(__aarch64__)
 constexpr const char* ISA = "NEON";
 constexpr int NS1 = 4, NS2 = 2, NS3 = 1, NSM = 1, MT_MAX = 6;  // 1 row: 16 acc; 2 rows: 16 (+8); 6 rows: 24 (+4)
+constexpr int NS_F32 = NSM, MT_F32 = 0;  // no float32-only tile
 #else
 // at::vec's generic arrays, which the compiler vectorizes itself (SSE2 on plain x86-64): it keeps 1-2
 // row tiles in registers (10-15 GFLOP/s per core here) but not more (2-4 GFLOP/s), so 2-row tiles
 constexpr const char* ISA = "DEFAULT";
 constexpr int NS1 = 4, NS2 = 2, NS3 = 2, NSM = 2, MT_MAX = 2;
+constexpr int NS_F32 = NSM, MT_F32 = 0;  // no float32-only tile
 #endif
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
@@ -280,6 +292,8 @@ template <typename T>
 constexpr bool TWO_BLOCKS = false;
 #endif
 template <typename T>
+constexpr bool F32_TILE = MT_F32 > 0 && sizeof(T) == sizeof(float);  // T's 3-MT_F32 rows take NS_F32 x MT_F32 tiles
+template <typename T>
 void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, int64_t b1, float* y, int64_t n_out,
                 int64_t run_end) {
   for (int64_t nb = b0; nb < b1; ++nb) {
@@ -299,6 +313,9 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
     }
     else if (M == 2)
       block<T, NS2, 2>(x, M, K, wb, yb, n_out, cols, next);
+    else if (F32_TILE<T> && M <= MT_F32) {
+      if constexpr (F32_TILE<T>) block<T, NS_F32, MT_F32>(x, M, K, wb, yb, n_out, cols, next);
+    }
     else if (M == 3 && NS3 != NSM)
       block<T, NS3, 3>(x, M, K, wb, yb, n_out, cols, next);
     else
@@ -430,6 +447,7 @@ pybind11::dict info() {
   d["work_split"] = "a run of blocks per thread, the rest taken from the back";
   d["bf16_row_blocks"] = TWO_BLOCKS<bf16> ? 2 : 1;  // blocks a 1-row bfloat16 tile spans
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
+  if (MT_F32 > 0) d["float32_tile"] = pybind11::make_tuple(MT_F32, NS_F32 * SW);  // float32 3-MT_F32 rows: rows, columns
   return d;
 }
 
