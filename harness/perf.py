@@ -27,9 +27,11 @@
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
-   as measured in isolation), the achieved fraction of it, the share of decode time spent outside the
-   model forward (decoder overhead), and whether the output equals our `ar`'s. Under it, the auto-tuned
-   lookahead's steps grouped by tokens fed (``harness.analysis.steps``): which kind of step pays.
+   as measured in isolation; t(k) re-measured after each round, median over the rounds, so the steps are
+   priced at the memory bandwidth of the rounds they were timed in), the achieved fraction of it, the
+   share of decode time spent outside the model forward (decoder overhead), and whether the output
+   equals our `ar`'s. Under it, the auto-tuned lookahead's steps grouped by tokens fed
+   (``harness.analysis.steps``): which kind of step pays.
 
 Timings are of this machine only; the header says which (CPU figures are labelled CPU).
 """
@@ -159,6 +161,16 @@ def format_table(table: list[dict[str, Any]]) -> str:
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
 
 
+def median_curve(curves: list[dict[int, float]]) -> dict[int, float]:
+    """Each step size's median latency over several measured curves (same sizes)."""
+    return {k: statistics.median(c[k] for c in curves) for k in curves[0]}
+
+
+def curve_line(curve: dict[int, float], ks: tuple[int, ...] | None = None) -> str:
+    """``t(1)=13ms  t(2)=14ms ...``, every size or only ``ks``."""
+    return "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items() if ks is None or k in ks)
+
+
 def matmul_key(path: str) -> str:
     """Folder name for a matmul path: the kernel variant (``avx2``) or ``library``."""
     return path.split()[1] if path.startswith("kernel ") else "library"
@@ -219,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
         curve = curves[dtype]
-        line = "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items())
+        line = curve_line(curve)
         head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
                 f"{backend.attention_path}; {args.model}, cache "
                 f"{args.cache_len}: {line}\n{memory_floor_line(backend, t1[dtype], bandwidth, matmuls[dtype])}")
@@ -271,27 +283,33 @@ def main(argv: list[str] | None = None) -> None:
             ]
             for m in methods:  # warm-up, untimed
                 m.run(prompts[0], 16)
-            rows = []
+            rows, round_curves = [], []
             for r in range(args.rounds):
                 for p_i, ids in enumerate(prompts):
                     for m in (methods[i] for i in rotated(len(methods), p_i + r)):  # drift cancels
                         rows.append({"method": m.name, "prompt": p_i, "round": r, **m.run(ids, args.max_new_tokens)})
-            table = summarize(merged := median_rounds(rows), curve)
+                # the roofline prices steps at this round's t(k), not at the curve from before the tasks: a
+                # VM's bandwidth swings 1.5x within minutes, and the extra rows weigh more when it is fast
+                round_curves.append(latency_curves([backend], cache_len=args.cache_len)[0])
+            task_curve = median_curve(round_curves)
+            table = summarize(merged := median_rounds(rows), task_curve)
             by_size = steps_by_size([r for r in merged if r["method"] == auto_name],
-                                    lambda k: interp_latency(curve, k) / curve[1])
+                                    lambda k: interp_latency(task_curve, k) / task_curve[1])
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
                      f"steps priced at cache {tuned.cache_len}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
-                     "+pools = prompt and output n-grams, context-ranked\n" + format_table(table) + "\nlookahead "
+                     "+pools = prompt and output n-grams, context-ranked; roofline at t(k) measured after each "
+                     f"round (median over {len(round_curves)}): {curve_line(task_curve, (1, 2, 4, 6, 8, 16))}\n"
+                     + format_table(table) + "\nlookahead "
                      "auto's steps by tokens fed k (cost t(k)/t(1)):\n" + to_markdown(by_size, floatfmt=".2f"))
             print(block, flush=True)
             text.append(block)
             report["runs"][f"{dtype}/{task}"] = {
-                "curve_s": curve, "table": table, "tuned": {"params": tuned.params,
-                "predicted_speedup": tuned.predicted, "calibration": tuned.calibration,
-                "curve_s": tuned.curve, "cache_len": tuned.cache_len},
+                "curve_s": task_curve, "curve_rounds_s": round_curves, "table": table,
+                "tuned": {"params": tuned.params, "predicted_speedup": tuned.predicted,
+                          "calibration": tuned.calibration, "curve_s": tuned.curve, "cache_len": tuned.cache_len},
                 "auto_steps_by_size": by_size.to_dict("records")}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "perf-" + "-".join(args.dtype + (args.tasks or ["memory"]))  # one file per run, side by side

@@ -9,7 +9,7 @@ import pytest
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
 from harness.cli_args import parse_pld, parse_shape, positive_int
-from harness.perf import format_table, median_rounds, summarize
+from harness.perf import curve_line, format_table, median_curve, median_rounds, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -35,6 +35,14 @@ def test_summarize_speedup_S_roofline_and_overhead():
     assert la["overhead"] == pytest.approx(0.1) and la["exact"] == 1
     assert table["hf"]["speedup"] == pytest.approx(0.5) and table["hf"]["exact"] == 0 and "S" not in table["hf"]
     assert "| la |" in format_table(list(table.values()))
+
+
+def test_roofline_curve_is_each_sizes_median_over_the_rounds():
+    """The curve perf prices steps at: per step size, the median of the curves measured after each round."""
+    rounds = [{1: 0.010, 4: 0.030}, {1: 0.014, 4: 0.020}, {1: 0.012, 4: 0.024}]
+    assert median_curve(rounds) == {1: 0.012, 4: 0.024}
+    assert curve_line(median_curve(rounds)) == "t(1)=12ms  t(4)=24ms"
+    assert curve_line(CURVE, (1, 8)) == "t(1)=10ms  t(8)=30ms"
 
 
 def test_median_rounds_takes_each_timing_median_per_method_and_prompt():
