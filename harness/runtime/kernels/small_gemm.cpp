@@ -89,10 +89,10 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // AVX-512, float32 weights, 3-6 rows (MT_F32 > 0): 6 rows x 4 stripes (NS_F32; 24 accumulators, the 4 weights of
 // one k and a broadcast in 32 registers), without software prefetch: the block streams 4 lines a k step where
 // 12 x 2 tiles stream 2 twice. On Zen 4 (EPYC family 25 model 17, 2026-12-04, `kernels.bench --against`, min of
-// 21 interleaved reps, at 34-56 GB/s) a forward's 3-6 row float32 matmuls ran 0.84-0.92x of 12 x 2; with the
-// prefetch 1.04-1.08x; 7-12 rows as two 6 x 4 tiles 1.05-1.13x (so those keep 12 x 2), bfloat16 3-6 rows
-// 1.04-1.11x (2 stored stripes a k there already). On Zen 5 (twelfth run, RUNS.md) 6 x 4 for 4-6 rows had put
-// a 6-token forward at 1.025x, on older code; not measured there since.
+// 21 interleaved reps, three runs at 34-56 GB/s) a forward's 3-6 row float32 matmuls ran 0.82-0.95x of 12 x 2 (an
+// unedited copy: 0.94-1.09x); with the prefetch 1.03-1.08x; 7-12 rows as two 6 x 4 tiles 1.02-1.13x (so those keep
+// 12 x 2); bfloat16 3-6 rows 1.08-1.11x (so those keep it too). On Zen 5 (twelfth run in RUNS.md, older code) 6 x 4
+// for 4-6 rows had put a 6-token forward at 1.025x; not measured there since.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
