@@ -73,14 +73,14 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // Column subtiles (stripes handled together) by row count; all divide NSB. Chosen so that the
 // accumulators (rows x stripes x SV), the weights of one k (stripes x SV) and a broadcast fit the
 // register file: 16 registers on AVX2 / x86 generic, 32 on AVX-512 and aarch64.
-// From 3 rows on, row tiles of up to MT_MAX rows against NSM stripes. AVX-512 takes 12 rows x 2
-// stripes, so a lookahead step (3-12 rows) is one row tile: each weight line is loaded once, with all
-// rows' FMAs hidden under the stream. Against 6 rows x 4 stripes (two tiles from 7 rows on, the second
-// re-reading the block from L2), interleaved `kernels.bench`-style A/B runs on the EPYC (2026-12-02) put
-// a forward's matmuls at 0.88-0.95x for 3-6 rows and 0.76-0.95x for 7-32 rows, in float32 and bfloat16;
-// 24 rows x 1 stripe was 2x slower (register spills), 1-2 rows stay at 4 stripes. AVX2's register
-// file holds no wider tile (12 rows x half a stripe ran 1.1-1.6x slower), but exactly 3 rows (a short
-// lookahead step) take 3 x 2 stripes there (NS3; 12 accumulators and the weights of one k in 16
+// From 3 rows on, row tiles of up to MT_MAX rows against NSM stripes. AVX-512 takes 12 rows x 2 stripes
+// (float32 3-6 rows: 6 x 4, see MT_F32), so a lookahead step (3-12 rows) is one row tile: each weight line
+// is loaded once, with all rows' FMAs hidden under the stream. Against 6 rows x 4 stripes (two tiles from 7
+// rows on, the second re-reading the block from L2), interleaved `kernels.bench`-style A/B runs on the EPYC
+// (2026-12-02) put a forward's matmuls at 0.88-0.95x for 3-6 rows and 0.76-0.95x for 7-32 rows, in float32
+// and bfloat16; 24 rows x 1 stripe was 2x slower (register spills), 1-2 rows stay at 4 stripes. AVX2's
+// register file holds no wider tile (12 rows x half a stripe ran 1.1-1.6x slower), but exactly 3 rows (a
+// short lookahead step) take 3 x 2 stripes there (NS3; 12 accumulators and the weights of one k in 16
 // registers, the broadcast from memory): on the Xeon with AVX2 forced (2026-12-02, `kernels.bench
 // --against`) a forward's 3-row matmuls ran 0.91x against 6 x 1; 3 x 2 tiles for 4-6 rows were slower.
 // Not taken: 3-4 float32 rows walking the block's four stripes round robin in 512-byte chunks
