@@ -127,7 +127,9 @@ def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str] | None:
 
 def _flags_of(fields: dict[str, str] | None) -> set[str] | None:
     """The feature flags among a processor's cpuinfo fields (x86 ``flags``, aarch64 ``Features``)."""
-    flags = (fields or {}).get("flags", (fields or {}).get("Features"))
+    if not fields:
+        return None
+    flags = fields.get("flags", fields.get("Features"))
     return set(flags.split()) if flags is not None else None
 
 
