@@ -24,7 +24,7 @@ def reference_greedy(model, prompt: list[int], max_new: int, eos: int) -> list[i
     out: list[int] = []
     with torch.inference_mode():
         for _ in range(max_new):
-            nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+            nxt = int(model(torch.tensor([seq], device=model.device)).logits[0, -1].argmax())
             out.append(nxt)
             seq.append(nxt)
             if nxt == eos:
@@ -87,10 +87,10 @@ def test_greedy_decoders_equal_ar(tiny, prompt, spec, max_new):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_ar_equals_uncached_reference(seed):
+def test_ar_equals_uncached_reference(seed, device):
     from tiny import tiny_backend
 
-    be = tiny_backend(seed)
+    be = tiny_backend(seed, device=device)
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(4, TINY_VOCAB, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g).tolist()
     ref = reference_greedy(be.model, prompt, 30, TINY_EOS)
@@ -101,7 +101,7 @@ def test_ar_equals_transformers_generate(tiny):
     prompt = [5, 9, 17, 5, 9, 22, 30]
     ours = build_decoder("ar").generate(tiny, prompt, 25).tokens
     out = tiny.model.generate(
-        torch.tensor([prompt]), max_new_tokens=25, do_sample=False, eos_token_id=TINY_EOS, pad_token_id=0
+        torch.tensor([prompt], device=tiny.device), max_new_tokens=25, do_sample=False, eos_token_id=TINY_EOS, pad_token_id=0
     )
     assert ours == out[0, len(prompt) :].tolist()
 

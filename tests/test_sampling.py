@@ -78,19 +78,20 @@ def _one_thread():
 
 
 @pytest.fixture(scope="module")
-def small() -> Backend:
+def small(device: str) -> Backend:
     model = tiny_model(MODEL_SEED, vocab=V)
     with torch.no_grad():
         model.lm_head.weight.mul_(HEAD_SCALE)
-    return Backend(model, tokenizer=None, name=f"tiny-v{V}", attn="sdpa")
+    return Backend(model.to(device), tokenizer=None, name=f"tiny-v{V}", attn="sdpa")
 
 
 def exact_first_two(backend: Backend, prompt: list[int], params: SamplingParams) -> dict[tuple[int, ...], float]:
     """P(first two generated tokens) by enumeration with transformers' uncached forward (EOS ends early)."""
     model = backend.model
     with torch.inference_mode():
-        p1 = target_probs(model(torch.tensor([prompt])).logits[0, -1], params)  # [V]
-        p2 = target_probs(model(torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], params)  # [V, V]
+        p1 = target_probs(model(torch.tensor([prompt], device=model.device)).logits[0, -1], params).cpu()  # [V]
+        p2 = target_probs(model(torch.tensor([prompt + [a] for a in range(V)], device=model.device)).logits[:, -1],
+                          params).cpu()  # [V, V]
     out: dict[tuple[int, ...], float] = {}
     for a in range(V):
         if a in backend.eos_token_ids:

@@ -52,7 +52,7 @@ def references(smollm2):
 def test_ar_equals_transformers_generate(smollm2, references, kind):
     ids = _ids(smollm2, PROMPTS[kind])
     with torch.inference_mode():
-        out = smollm2.model.generate(torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False)
+        out = smollm2.model.generate(torch.tensor([ids], device=smollm2.device), max_new_tokens=MAX_NEW, do_sample=False)
     assert references[kind].tokens == out[0, len(ids) :].tolist()
 
 
@@ -90,7 +90,7 @@ def test_projections_are_batch_invariant(smollm2):
     g = torch.Generator().manual_seed(0)
     for p in (proj.qkv, proj.o, proj.gate_up, proj.down, smollm2._lm_head):
         n_in = p.linears[0].in_features
-        x = torch.randn(40, n_in, generator=g)
+        x = torch.randn(40, n_in, generator=g).to(smollm2.device)
         if p.small is not None:
             full = p(x)
             for rows in (1, 2, 3, 6, 7, 12, 23):

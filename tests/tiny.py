@@ -41,6 +41,7 @@ def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TI
     return model
 
 
-def tiny_backend(seed: int = 0, attn: str = "auto") -> Backend:
-    """The product's default paths: our kernel and its attention where this machine builds it."""
-    return Backend(tiny_model(seed), tokenizer=None, name=f"tiny-{seed}", attn=attn)
+def tiny_backend(seed: int = 0, attn: str = "auto", device: str = "cpu") -> Backend:
+    """The product's default paths: our kernel and its attention where this machine builds it (on CPU;
+    on ``device="cuda"`` the library paths)."""
+    return Backend(tiny_model(seed).to(device), tokenizer=None, name=f"tiny-{seed}", attn=attn)
