@@ -40,7 +40,7 @@ def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> M
     probe, then every backend's 1-token step and matmuls). Why: on a VM whose bandwidth swings 2x in
     minutes, a probe taken once before the curves put t(1) at 0.95-2.07x of the bound (Zen 5, 2026-12-03):
     a bound and a time of different moments do not compare. A round takes ~0.1 s, so 41 are cheap."""
-    probe, nbytes = bandwidth_probe()
+    probe, nbytes = bandwidth_probe(device=next(iter(backends.values())).device)
     fns: dict[Any, Callable[[], object]] = {"probe": probe}
     for key, backend in backends.items():
         fns["t1", key] = one_step(backend, cache_len)

@@ -104,12 +104,13 @@ class Projection:
         return y if rows == k else y[:k]
 
 
-def bandwidth_probe(megabytes: int = 512) -> tuple[Callable[[], object], int]:
+def bandwidth_probe(megabytes: int = 512, device: torch.device | str = "cpu") -> tuple[Callable[[], object], int]:
     """A call that reads a float32 buffer far larger than the caches once (a sum on all torch threads, as a
-    decoding step uses them), and the bytes it reads: bytes / its seconds is this machine's read bandwidth."""
-    x = torch.ones(megabytes * (1 << 20) // 4)
+    decoding step uses them), and the bytes it reads: bytes / its seconds is the read bandwidth of the memory
+    that holds ``device``'s weights (on a GPU its own; the call then waits for the sum)."""
+    x = torch.ones(megabytes * (1 << 20) // 4, device=device)
     x.sum()  # touch every page first
-    return x.sum, x.numel() * 4
+    return (x.sum if x.device.type == "cpu" else lambda: x.sum().item()), x.numel() * 4
 
 
 def round_robin_samples(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1) -> dict[Any, list[float]]:
