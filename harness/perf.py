@@ -22,8 +22,9 @@
    auto-tuned setting, the same shape fed only by its own window's n-grams, and any ``--lookahead``
    settings. ``--rounds`` repeats the interleaved pass (each starting at the next method) and takes each
    method x prompt timing as the median over the rounds: a shared machine's drift of 5-10% over seconds
-   otherwise decides closer comparisons. The tuner calibrates on held-out prompts (the task's next
-   ``--calibration-prompts`` after the measured ones), so its prediction is tested on unseen text.
+   otherwise decides closer comparisons. The ``--prompts`` measured prompts are spread evenly over the
+   task (all of MT-Bench's categories, not its first one). The tuner calibrates on held-out prompts (the
+   ``--calibration-prompts`` examples after measured ones), so its prediction is tested on unseen text.
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
@@ -96,18 +97,28 @@ def transformers_generate(backend, **kw: Any) -> Callable[[list[int], int], dict
     return go
 
 
-def task_prompts(task_name: str, n: int, data_dir: str | None, tokenizer, max_prompt: int = 1536) -> list[list[int]]:
+def task_prompts(task_name: str, n: int, held_out: int, data_dir: str | None, tokenizer,
+                 max_prompt: int = 1536) -> tuple[list[list[int]], list[list[int]]]:
+    """``n`` measured prompts spread evenly over the task's N examples (example i * N // n), and ``held_out``
+    calibration prompts, each the example after a measured one; a prompt over ``max_prompt`` tokens, or one
+    already taken, gives way to the next example. Why spread: MT-Bench lists its 80 questions ten per
+    category, and the first six, measured and held out until 2026-12-04, were all 'writing'."""
     from tasks import build_task, encode_prompt
 
     task = build_task(task_name, data_dir=data_dir, limit=None)
-    out: list[list[int]] = []
-    for ex in task.examples():
-        ids = encode_prompt(task.prompt(ex, 0, []), tokenizer)
-        if len(ids) <= max_prompt:
-            out.append(ids)
-        if len(out) == n:
-            break
-    return out
+    examples, taken = task.examples(), set()
+
+    def take(start: int) -> list[int] | None:
+        for i in (i for i in range(start, len(examples)) if i not in taken):
+            taken.add(i)
+            if len(ids := encode_prompt(task.prompt(examples[i], 0, []), tokenizer)) <= max_prompt:
+                return ids
+        return None
+
+    starts = [i * len(examples) // n for i in range(n)]
+    measured = [take(at) for at in starts]
+    held = [take(starts[i % n] + 1 + i // n) for i in range(held_out)]
+    return [p for p in measured if p is not None], [p for p in held if p is not None]
 
 
 TIMINGS = ("total_s", "prefill_s", "decode_s", "forward_s")
@@ -191,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tasks", nargs="*", default=["humaneval", "mt_bench", "gsm8k", "xsum"],
                     help="tasks to decode; none (a bare --tasks): only the memory bound and latency curve per dtype")
-    ap.add_argument("--prompts", type=positive_int, default=4)
+    ap.add_argument("--prompts", type=positive_int, default=4, help="measured prompts, spread evenly over the task")
     ap.add_argument("--max-new-tokens", type=positive_int, default=256)
     ap.add_argument("--rounds", type=positive_int, default=1,
                     help="interleaved passes over the prompts; each method x prompt timing is the median over them")
@@ -199,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
     ap.add_argument("--calibration-prompts", type=positive_int, default=2,
-                    help="held-out prompts the auto-tuner calibrates on (taken after the measured ones)")
+                    help="held-out prompts the auto-tuner calibrates on (each the example after a measured one)")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP[,PL]]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
     ap.add_argument("--pld", nargs="*", default=[], metavar="MAX_NGRAM,NUM_PRED", type=parse_pld,
@@ -255,8 +266,8 @@ def main(argv: list[str] | None = None) -> None:
                                              "t1_rounds_s": mem.t1_rounds[dtype],
                                              "step_weight_bytes": backend.step_weight_bytes()}
         for task in args.tasks:
-            found = task_prompts(task, args.prompts + args.calibration_prompts, args.data_dir, backend.tokenizer)
-            prompts, held_out = found[: args.prompts], found[args.prompts :]
+            prompts, held_out = task_prompts(task, args.prompts, args.calibration_prompts, args.data_dir,
+                                             backend.tokenizer)
             if not held_out:
                 raise SystemExit(f"{task}: no prompts left after the {args.prompts} measured ones to calibrate "
                                  f"the auto-tuner on; lower --prompts")

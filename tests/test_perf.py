@@ -156,3 +156,27 @@ def test_steps_by_size_groups_steps_and_adds_up_to_the_roofline():
         steps_by_size([{"accepted": [1, 2], "input_tokens": [3]}], lambda k: 1.0)
     with pytest.raises(ValueError, match="no steps"):
         steps_by_size([], lambda k: 1.0)
+
+
+def test_task_prompts_spread_over_the_task_and_hold_out_neighbours():
+    """MT-Bench lists its questions ten per category: four measured prompts come from four categories, and
+    each held-out prompt is the question after a measured one; a prompt over the length limit gives way."""
+    from harness.perf import task_prompts
+    from tasks import build_task
+    from tasks.data import SHARED_DATA_DIR
+
+    docs = [ex.doc for ex in build_task("mt_bench", data_dir=str(SHARED_DATA_DIR), limit=None).examples()]
+
+    class ByQuestion:  # a tokenizer stand-in: as many ids as characters, each the question's id
+        chat_template = None
+
+        def __call__(self, text, **kw):
+            return {"input_ids": [next(d["question_id"] for d in docs if d["turns"][0] in text)] * len(text)}
+
+    category = {d["question_id"]: d["category"] for d in docs}
+    measured, held = task_prompts("mt_bench", 4, 3, str(SHARED_DATA_DIR), ByQuestion(), max_prompt=10**6)
+    assert [p[0] for p in measured] == [81, 101, 121, 141] and len({category[p[0]] for p in measured}) == 4
+    assert [p[0] for p in held] == [82, 102, 122]
+    limit = len(measured[1]) - 1  # question 101 is one token too long
+    measured, held = task_prompts("mt_bench", 4, 0, str(SHARED_DATA_DIR), ByQuestion(), max_prompt=limit)
+    assert measured[1][0] > 101 and all(len(p) <= limit for p in measured) and len(measured) == 4 and not held
