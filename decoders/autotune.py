@@ -54,12 +54,15 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the AVX2 kernel's
 # 6-row tiles (a cap that is not below a step on some machine simply loses; AVX-512's tiles hold 12).
-# The last eight carry prompt lookup's draft (prompt_lookup=10, pld's default) as their first chain, so the
-# tuner can pick pld's own draft where it pays (code). In the capped ones a step whose text matched
+# The eight after the paper's windows carry prompt lookup's draft (prompt_lookup=10, pld's default) as their
+# first chain, so the tuner can pick pld's own draft where it pays (code). In the capped ones a step whose text matched
 # feeds pld's draft alone (the window sits out), and one without a match feeds the window and pool
 # n-grams (of N=2, one token, or of 7 tokens from the text) where pld would feed the root alone: up to
 # 11 tokens (pld's own step), or 6, which keeps those guesses on the cheap side of t(k) (see
-# decoders/lookahead.py).
+# decoders/lookahead.py). The last two carry a 5-token chain instead, so that no step passes 6 tokens:
+# where 7+ rows cost a jump (fast memory), that pays. On every fourth HumanEval problem, priced at a Zen 4
+# curve with t(7)/t(6) 1.34 (2026-12-04), (1,2,1,t7,cap6,pl5) was predicted 2.00-2.02x against
+# 1.85-1.88x for pl10 (S 2.42 against 2.68).
 # Until 2026-12-02 prompt-lookup shapes were left out: on Zen 3
 # (AVX2, sdpa attention) one screened best on an XSum prompt (S 4.0 at 11 tokens a step) and then ran at
 # 0.92x `ar`, priced on a curve measured at 300 cache entries against XSum's ~1000-token prompts; the
@@ -73,6 +76,7 @@ CANDIDATES = (
     (5, 5, 5, None, None, None), (7, 5, 7, None, None, None), (15, 5, 15, None, None, None),
     (1, 2, 1, 7, 12, 10), (1, 2, 1, 7, None, 10), (1, 2, 1, None, 11, 10), (1, 2, 1, None, 12, 10),
     (1, 2, 1, 7, 11, 10), (1, 3, 1, 7, 11, 10), (1, 2, 1, 7, 6, 10), (1, 3, 1, 7, 6, 10),
+    (1, 2, 1, 7, 6, 5), (1, 3, 1, 7, 6, 5),
 )
 
 
