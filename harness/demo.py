@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     backend = load_backend(args.model, dtype=args.dtype, device=args.device)
     print(f"cpu: {cpu_line(cpu_identity())}")
-    if backend.device.type == "cuda":
+    if backend.gpu_name:
         import torch
 
-        print(f"gpu: {torch.cuda.get_device_name(backend.device)}, torch {torch.__version__}")
+        print(f"gpu: {backend.gpu_name}, torch {torch.__version__}")
     print(f"matmuls: {backend.matmul_path}; attention: {backend.attention_path}")
     print(f"model {args.model} ({args.dtype}, {args.device}) loaded in {time.perf_counter() - t0:.1f}s")
 

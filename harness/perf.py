@@ -234,10 +234,10 @@ def main(argv: list[str] | None = None) -> None:
     # every dtype loaded at once, so their latency curves are measured interleaved (see latency_curves)
     backends = {dtype: load_backend(args.model, dtype=dtype, device=args.device, matmul=args.matmul, attn=args.attn)
                 for dtype in args.dtype}
-    if (device := next(iter(backends.values())).device).type == "cuda":  # the figures are the GPU's
+    if gpu := next(iter(backends.values())).gpu_name:  # the figures are the GPU's
         import torch
 
-        report["gpu"] = f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+        report["gpu"] = f"{gpu}, torch {torch.__version__}"
         text.append(f"gpu: {report['gpu']}")
         print(text[-1], flush=True)
     curves = dict(zip(backends, latency_curves(list(backends.values()), cache_len=args.cache_len)))

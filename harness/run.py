@@ -79,7 +79,7 @@ def invocation(job: Job, backend) -> dict[str, Any]:
             "cpu": cpu_identity(),
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else None,
+            "cuda": backend.gpu_name,
         },
     }
 

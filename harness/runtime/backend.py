@@ -113,6 +113,11 @@ class Backend:
         # position alone (see reset); None: the rotary module is called per forward
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
 
+    @property
+    def gpu_name(self) -> str | None:
+        """The CUDA device's name (manifests and benchmark headers say which GPU timed them); None on CPU."""
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
+
     def projections(self) -> list[Projection]:
         """Every matmul of a forward, in its order (each layer's four, then the LM head)."""
         return [p for lp in self._proj for p in lp.all()] + [self._lm_head]
