@@ -76,6 +76,34 @@ def test_fused_ops_are_row_invariant(fused):
         assert torch.equal(fused.act(gate_up[row].clone(), layer.mlp)[0], act_full[i])
 
 
+@pytest.mark.parametrize("h", [64, 40, 576])
+@torch.inference_mode()
+def test_norm_and_rope_give_the_same_bits_on_every_variant(h):
+    """RMSNorm (its sum of squares in 16 fixed lanes, a width that is not whole vectors included) and RoPE
+    (elementwise) compute the same bits in every build this CPU runs, and RMSNorm matches float64 to
+    float32 rounding."""
+    g = torch.Generator().manual_seed(h)
+    x, r = torch.randn(5, h, generator=g), torch.randn(5, h, generator=g)
+    w = torch.rand(h, generator=g) + 0.5
+    d, H, Hkv = 32, 2, 1
+    qkv = torch.randn(5, (H + 2 * Hkv) * d, generator=g)
+    angles = torch.rand(5, d, generator=g) * 6
+    norms, ropes = [], []
+    for variant in VARIANTS:
+        kernel = K.load_small_gemm(variant)
+        xv = x.clone()
+        norms.append(kernel.add_rms_norm(xv, r, w, 1e-5))
+        assert torch.equal(xv, x + r)  # the residual added in place
+        kt, vc = torch.zeros(Hkv, d, 8), torch.zeros(Hkv, 8, d)
+        ropes.append((kernel.rope_to_cache(qkv, angles.cos(), angles.sin(), kt, vc, 1, H, Hkv, True), kt))
+    s = (x + r).double()
+    want = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    torch.testing.assert_close(norms[0].double(), want, atol=1e-5, rtol=1e-5)
+    for other, (q, kt) in zip(norms[1:], ropes[1:]):
+        assert torch.equal(other, norms[0])
+        assert torch.equal(q, ropes[0][0]) and torch.equal(kt, ropes[0][1])
+
+
 def _attention_inputs(H: int, Hkv: int, d: int, k: int, L: int, seed: int):
     """Rotated queries [1, H, k, d], a cache [Hkv, cap, d] x 2 holding L + k entries, a random tree mask
     [k, k] (each token sees itself and a random subset of the earlier ones)."""

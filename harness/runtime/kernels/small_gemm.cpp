@@ -124,9 +124,9 @@ constexpr bool PREFETCH_BF16_ROW = false;
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
-#define SG_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#define SG_PREFETCH(p, l2) __builtin_prefetch((p), 0, (l2) ? 2 : 3)
 #else
-#define SG_PREFETCH(p) ((void)0)
+#define SG_PREFETCH(p, l2) ((void)0)
 #endif
 
 // One weight vector of VS floats from float32, or from bfloat16 in float32's stripes (exact widening)
@@ -183,6 +183,21 @@ constexpr int64_t PREFETCH_BYTES = 2048;
 // The Xeon's and Zen 5's figures above were taken at 2048; 512 keeps a prefetch where they wanted one.
 constexpr int64_t PREFETCH_ROW_BYTES = 512;
 
+// Which cache a prefetch fills. The next block's lines (see block) go to L2: a block (147-393 KB) does not
+// fit L1 (32-48 KB), so lines prefetched there a block ahead would be evicted before use. The stream
+// prefetch of a float32 tile of 7+ rows (AVX-512's 12 x 2) also goes to L2; every other stream prefetch to
+// L1 (likely why: a wide tile's FMAs fill the core's window, and prefetches into L1 queue for its few miss
+// buffers). Measured on Zen 4 (EPYC
+// family 25 model 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved reps at 35-57 GB/s): a
+// forward's 7 and 11-row float32 matmuls ran 0.90x and 0.94x with AVX-512, 0.89x and 0.75x with AVX2
+// forced; AVX2 bfloat16 0.81x and 0.88x; 1-6 rows and AVX-512 bfloat16 unchanged. All prefetches to L2 had
+// put AVX2's 6-row float32 matmuls at 1.4x and AVX-512's 3-7-row bfloat16 ones at 1.1-1.25x. A whole
+// SmolLM2 step (median of 5 interleaved curves at a fast-memory moment, t(1) 11.5 ms): 7 and 11 tokens
+// 0.92x and 0.95x with AVX-512, 0.94x and 0.82x with AVX2 forced (with the vectorized RMSNorm of
+// layer_ops.cpp, which alone gave 0.98x at 6 and 11 tokens).
+template <typename T, int MT>
+constexpr bool STREAM_L2 = sizeof(T) == sizeof(float) && MT >= 7;
+
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
 inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe, int64_t bstride) {
@@ -204,8 +219,9 @@ inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk
 
 // One tile: MT rows (x: row stride K) x NS stripes (w: the first, stored stripes K*UW elements apart), all k,
 // written to y (row stride ldy; `cols` valid columns from the tile's first); where the shape prefetches,
-// each weight line read is prefetched again `pf` bytes further on (0: the line itself, a no-op)
-template <typename T, int MT, int NS>
+// each weight line read is prefetched again `pf` bytes further on (0: the line itself, a no-op), into L2
+// where L2 is set (see STREAM_L2), else into L1
+template <typename T, int MT, int NS, bool L2 = false>
 inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, uintptr_t pf,
                  int64_t bstride = 0) {
   Vec acc[MT][NS][SV];
@@ -221,7 +237,7 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
     for (int64_t k = 0; k < K; ++k) {
       for (int s = 0; s < NST; ++s)
         SG_PREFETCH(reinterpret_cast<const void*>(
-            reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + pf));
+            reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + pf), L2);
       step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
     }
   } else {
@@ -242,27 +258,28 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
 }
 
 // MT rows against a block's stripes, NS at a time (cols valid columns from the block's first)
-template <typename T, int MT, int NS>
+template <typename T, int MT, int NS, bool L2>
 inline void tile_block(const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, uintptr_t pf) {
   for (int64_t s0 = 0; s0 < NSB && cols > s0 * SW; s0 += NS)
-    tile<T, MT, NS>(x, K, wb + s0 * K * SW, y + s0 * SW, ldy, cols - s0 * SW, pf);
+    tile<T, MT, NS, L2>(x, K, wb + s0 * K * SW, y + s0 * SW, ldy, cols - s0 * SW, pf);
 }
 
 // A row tile of mt <= MT rows (one instantiation per row count)
-template <typename T, int NS, int MT>
+// (NEXT: pf reaches into the next block, prefetched to L2)
+template <typename T, int NS, int MT, bool NEXT>
 inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols,
                       uintptr_t pf) {
   if constexpr (MT > 1) {
-    if (mt < MT) return rows_tile<T, NS, MT - 1>(mt, x, K, wb, y, ldy, cols, pf);
+    if (mt < MT) return rows_tile<T, NS, MT - 1, NEXT>(mt, x, K, wb, y, ldy, cols, pf);
   }
-  tile_block<T, MT, NS>(x, K, wb, y, ldy, cols, pf);
+  tile_block<T, MT, NS, NEXT || STREAM_L2<T, MT>>(x, K, wb, y, ldy, cols, pf);
 }
 
 // One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2);
 // the first streams the block from memory (prefetching PREFETCH_BYTES ahead, 1-row tiles
 // PREFETCH_ROW_BYTES, where the tile shape wants it), the later ones find it in L2, and the last of
-// those prefetches the next block of the thread's run (`next`) line for line as it reads this one, so
-// memory is busy while they compute:
+// those prefetches the next block of the thread's run (`next`) line for line into L2 as it reads this
+// one, so memory is busy while they compute:
 // measured 0.89-0.95x for 7-32 rows on AVX2 (A/B, EPYC), 0.88-0.98x for 13-32 rows on AVX-512.
 template <typename T, int NS, int MT>
 void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, bool next) {
@@ -271,8 +288,12 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
     const uintptr_t first = MT == 1 ? PREFETCH_ROW_BYTES : PREFETCH_BYTES;
-    const uintptr_t pf = t == 0 ? first : t == tiles - 1 && next ? block_bytes : 0;
-    rows_tile<T, NS, MT>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, pf);
+    if (t == 0)
+      rows_tile<T, NS, MT, false>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, first);
+    else if (t == tiles - 1 && next)
+      rows_tile<T, NS, MT, true>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, block_bytes);
+    else
+      rows_tile<T, NS, MT, false>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, 0);
     m0 += mt;
   }
 }
