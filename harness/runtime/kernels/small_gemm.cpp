@@ -191,7 +191,7 @@ constexpr int64_t PREFETCH_ROW_BYTES = 512;
 // family 25 model 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved reps at 35-57 GB/s): a
 // forward's 7 and 11-row float32 matmuls ran 0.90x and 0.94x with AVX-512, 0.89x and 0.75x with AVX2
 // forced; AVX2 bfloat16 0.81x and 0.88x; 1-6 rows and AVX-512 bfloat16 unchanged. All prefetches to L2 had
-// put AVX2's 6-row float32 matmuls at 1.4x and AVX-512's 3-7-row bfloat16 ones at 1.1-1.25x. A whole
+// put AVX2's 6-row float32 matmuls at 1.4x and AVX-512's 3-7-row bfloat16 ones at 1.15-1.3x. A whole
 // SmolLM2 step (median of 5 interleaved curves at a fast-memory moment, t(1) 11.5 ms): 7 and 11 tokens
 // 0.92x and 0.95x with AVX-512, 0.94x and 0.82x with AVX2 forced (with the vectorized RMSNorm of
 // layer_ops.cpp, which alone gave 0.98x at 6 and 11 tokens).
