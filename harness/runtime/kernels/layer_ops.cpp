@@ -5,14 +5,14 @@
 // torch spends 10-60 us per call on dispatch, allocation and reductions (RMSNorm alone costs ~40 us per
 // call on a Zen 3 core at one row). Thirty layers of ~15 such calls were a third of a 1-token forward.
 //
-// Exactness: every output row is computed by the same code in the same order whatever the row count, so
-// a row's result is bitwise independent of the other rows (as the matmul kernel's are); SiLU's exp is
-// at::vec's vector exp, elementwise and lane-independent (the tail goes through a partial vector), so an
-// element's value depends on nothing but its input. RMSNorm's sum of squares runs in 16 fixed lanes and
-// RoPE is elementwise, so those two also give the same bits on every ISA (AVX-512, AVX2, the generic build). The
-// arithmetic follows transformers' LLaMA modules (float32 variance, x * rsqrt(var + eps) * w;
-// q * cos + rotate_half(q) * sin; silu(g) = g / (1 + exp(-g))) without promising the same bits: every
-// decoder runs through this same code, which is what exactness against `ar` needs.
+// Exactness: every output row is computed by the same code in the same order whatever the row count, so a
+// row's result is bitwise independent of the other rows (as the matmul kernel's are); SiLU's exp is at::vec's
+// vector exp, elementwise and lane-independent (the tail goes through a partial vector), so an element's
+// value depends on nothing but its input. RMSNorm's sum of squares runs in 16 fixed lanes and RoPE is
+// elementwise, so those two also give the same bits on every ISA (AVX-512, AVX2, the generic build). The
+// arithmetic follows transformers' LLaMA modules (float32 variance, x * rsqrt(var + eps) * w; q * cos +
+// rotate_half(q) * sin; silu(g) = g / (1 + exp(-g))) without promising the same bits: every decoder runs
+// through this same code, which is what exactness against `ar` needs.
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/ops/empty.h>
@@ -29,8 +29,8 @@ using Vec = at::vec::Vectorized<float>;
 constexpr int64_t VS = Vec::size();
 // RMSNorm's sum of squares runs in this many lanes whatever the vector width (see add_rms_norm)
 constexpr int64_t SS_LANES = 16;
-constexpr int64_t SS_VECS = SS_LANES / VS > 0 ? SS_LANES / VS : 1;
 static_assert(SS_LANES % VS == 0, "the sum-of-squares lanes must be whole vectors");
+constexpr int64_t SS_VECS = SS_LANES / VS;
 
 void check_f32(const at::Tensor& t, const char* what, int64_t dim) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.device().is_cpu() && t.is_contiguous() && t.dim() == dim, what,

@@ -184,17 +184,16 @@ constexpr int64_t PREFETCH_BYTES = 2048;
 constexpr int64_t PREFETCH_ROW_BYTES = 512;
 
 // Which cache a prefetch fills. The next block's lines (see block) go to L2: a block (147-393 KB) does not
-// fit L1 (32-48 KB), so lines prefetched there a block ahead would be evicted before use. The stream
-// prefetch of a float32 tile of 7+ rows (AVX-512's 12 x 2) also goes to L2; every other stream prefetch to
-// L1 (likely why: a wide tile's FMAs fill the core's window, and prefetches into L1 queue for its few miss
-// buffers). Measured on Zen 4 (EPYC
-// family 25 model 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved reps at 35-57 GB/s): a
-// forward's 7 and 11-row float32 matmuls ran 0.90x and 0.94x with AVX-512, 0.89x and 0.75x with AVX2
-// forced; AVX2 bfloat16 0.81x and 0.88x; 1-6 rows and AVX-512 bfloat16 unchanged. All prefetches to L2 had
-// put AVX2's 6-row float32 matmuls at 1.4x and AVX-512's 3-7-row bfloat16 ones at 1.15-1.3x. A whole
-// SmolLM2 step (median of 5 interleaved curves at a fast-memory moment, t(1) 11.5 ms): 7 and 11 tokens
-// 0.92x and 0.95x with AVX-512, 0.94x and 0.82x with AVX2 forced (with the vectorized RMSNorm of
-// layer_ops.cpp, which alone gave 0.98x at 6 and 11 tokens).
+// fit L1 (32-48 KB), so lines prefetched there a block ahead would be evicted before use. The stream prefetch
+// of a float32 tile of 7+ rows (AVX-512's 12 x 2) also goes to L2; every other stream prefetch to L1 (likely
+// why: a wide tile's FMAs fill the core's window, and prefetches into L1 queue for its few miss buffers).
+// Measured on Zen 4 (EPYC family 25 model 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved
+// reps at 35-57 GB/s): a forward's 7 and 11-row float32 matmuls ran 0.90x and 0.94x with AVX-512, 0.89x and
+// 0.75x with AVX2 forced; AVX2 bfloat16 0.81x and 0.88x; 1-6 rows and AVX-512 bfloat16 unchanged. All
+// prefetches to L2 had put AVX2's 6-row float32 matmuls at 1.4x and AVX-512's 3-7-row bfloat16 ones at
+// 1.15-1.3x. A whole SmolLM2 step (median of 5 interleaved curves at a fast-memory moment, t(1) 11.5 ms): 7
+// and 11 tokens 0.92x and 0.95x with AVX-512, 0.94x and 0.82x with AVX2 forced (with the vectorized RMSNorm
+// of layer_ops.cpp, which alone gave 0.98x at 6 and 11 tokens).
 template <typename T, int MT>
 constexpr bool STREAM_L2 = sizeof(T) == sizeof(float) && MT >= 7;
 
@@ -288,12 +287,10 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
     const uintptr_t first = MT == 1 ? PREFETCH_ROW_BYTES : PREFETCH_BYTES;
-    if (t == 0)
-      rows_tile<T, NS, MT, false>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, first);
-    else if (t == tiles - 1 && next)
+    if (t > 0 && t == tiles - 1 && next)  // the next block, into L2
       rows_tile<T, NS, MT, true>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, block_bytes);
     else
-      rows_tile<T, NS, MT, false>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, 0);
+      rows_tile<T, NS, MT, false>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, t == 0 ? first : 0);
     m0 += mt;
   }
 }
