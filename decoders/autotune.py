@@ -12,6 +12,10 @@ feeding the fewest tokens a step: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
 CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
 reported beside what the full run then measures.
+
+With ``pool_from_corpus`` the calibration prompts' greedy answers (``ar``'s, decoded first) become the
+corpus: each candidate drafts from the other prompts' answers, as the measured prompts will, and the tuned
+decoder keeps them (``Tuned.corpus``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from decoders.base import DecodeResult
+from decoders.ar import AutoregressiveDecoder
+from decoders.base import DecodeResult, token_hash
 from decoders.lookahead import SHAPE, LookaheadDecoder
 
 if TYPE_CHECKING:
@@ -160,13 +165,15 @@ class Tuned:
     calibration: list[dict[str, Any]] = field(default_factory=list)  # every candidate's S, k and prediction
     curve: dict[int, float] = field(default_factory=dict)  # the latency curve the predictions priced steps on
     cache_len: int | None = None  # the cache length it was measured at (None: the caller's curve)
+    corpus: dict[str, list[int]] = field(default_factory=dict)  # pool_from_corpus: prompt hash -> answer
 
 
 def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, curve: dict[int, float],
-               flags: dict[str, bool], shape: dict[str, Any]) -> dict[str, Any]:
+               flags: dict[str, bool], shape: dict[str, Any], corpus: dict[str, list[int]]) -> dict[str, Any]:
     """Measured S and mean tokens per step of one candidate (``shape``: SHAPE's values), and its
     predicted speedup (see the module docstring)."""
     dec = LookaheadDecoder(**shape, **flags)
+    dec.corpus = corpus
     tokens = steps = 0
     fed: list[int] = []  # tokens fed by each step
     for ids in prompts:
@@ -194,6 +201,7 @@ def autotune(
     pool_from_prompt: bool = True,
     pool_from_output: bool = False,
     pool_context: bool = False,
+    pool_from_corpus: bool = False,
     screen_tokens: int = SCREEN_TOKENS,
     finalists: int = FINALISTS,
 ) -> Tuned:
@@ -206,21 +214,27 @@ def autotune(
     if curve is None:
         cache_len = calibration_cache_len(prompts, max_new_tokens)
         curve = latency_curve(backend, cache_len=cache_len)
-    flags = {"pool_from_prompt": pool_from_prompt, "pool_from_output": pool_from_output, "pool_context": pool_context}
+    flags = {"pool_from_prompt": pool_from_prompt, "pool_from_output": pool_from_output, "pool_context": pool_context,
+             "pool_from_corpus": pool_from_corpus}
+    corpus = {}
+    if pool_from_corpus:  # greedy answers: any exact decoder's, so ar's
+        corpus = {token_hash(p): AutoregressiveDecoder().generate(backend, p, max_new_tokens).tokens for p in prompts}
     shapes = [dict(zip(SHAPE, c)) for c in candidates]
     screen = [
-        {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), curve, flags, c)}
+        {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), curve, flags, c,
+                                         corpus)}
         for c in shapes
     ]
     best_screened = sorted(screen, key=lambda r: -r["predicted"])[:finalists]
     final = [
-        {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, {k: r[k] for k in SHAPE})}
+        {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, {k: r[k] for k in SHAPE},
+                                        corpus)}
         for r in best_screened
     ]
     best = choose(final)
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
-                 cache_len=cache_len)
+                 cache_len=cache_len, corpus=corpus)
 
 
 def choose(rows: list[dict[str, Any]], tie: float = TIE) -> dict[str, Any]:
@@ -241,8 +255,17 @@ class AutoTunedLookahead(LookaheadDecoder):
         self.tuned = autotune(
             backend, prompts, max_new_tokens=max_new_tokens, pool_from_prompt=self.pool_from_prompt,
             pool_from_output=self.pool_from_output, pool_context=self.pool_context,
+            pool_from_corpus=self.pool_from_corpus,
         )
         self.set_shape(self.tuned.params)
+        self.corpus = self.tuned.corpus
+
+    def adopt(self, record: dict[str, Any]) -> None:
+        """Take a tuning recorded earlier (a manifest's ``tuned``: params, and the corpus if any), so a
+        resumed or concurrent run of a job decodes with the same shape and corpus as its first."""
+        self.set_shape(record["params"])
+        self.corpus = dict(record.get("corpus") or {})
+        self.tuned = record
 
     def generate(self, backend: Backend, prompt_ids: list[int], max_new_tokens: int, **kw: Any) -> DecodeResult:
         if self.tuned is None:

@@ -11,6 +11,9 @@ Why: keyed by one token, a frequent key (a space, a newline, ``(``) holds whiche
 one token of context picks the one that continues *this* phrase, as prompt lookup's longer suffix match
 does, at no extra tokens per step.
 
+:class:`CorpusIndex` holds drafts from other texts (lookahead's ``pool_from_corpus``): the model's answers
+to other prompts.
+
 :func:`lookup_continuation` is prompt lookup's draft (Saxena 2023), used by ``pld``; lookahead's
 ``prompt_lookup`` takes it with its match length (:func:`lookup_match`) to rank it among the pool's.
 """
@@ -72,6 +75,37 @@ class NgramPool:
 
     def __len__(self) -> int:
         return sum(len(c) for c in self._by_key.values())
+
+
+class CorpusIndex:
+    """For each context of the last ``context`` tokens (and each shorter one), the ``length``-token
+    continuation that followed it most often in ``texts`` (of a tie, the first seen). Why most often, where
+    the pool keeps the newest: the texts are other answers, so what recurs across them (a phrase the model
+    always writes) is the better guess, not what came last."""
+
+    def __init__(self, texts: Iterable[Sequence[int]], length: int, context: int = 2) -> None:
+        counts: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}
+        for text in texts:
+            text = list(text)
+            for i in range(len(text) - length):  # text[i] ends the context; a whole continuation follows
+                cont = tuple(text[i + 1 : i + 1 + length])
+                for c in range(1, min(context, i + 1) + 1):
+                    seen = counts.setdefault(tuple(text[i - c + 1 : i + 1]), {})
+                    seen[cont] = seen.get(cont, 0) + 1
+        self.context = context
+        # max keeps the first of equal counts, and dicts iterate in insertion order: the first seen
+        self._best = {key: list(max(seen, key=seen.__getitem__)) for key, seen in counts.items()}
+
+    def get(self, seq: Sequence[int]) -> list[int]:
+        """The continuation for seq's longest indexed context; [] when not even its last token is indexed."""
+        for c in range(min(self.context, len(seq)), 0, -1):
+            cont = self._best.get(tuple(seq[-c:]))
+            if cont:
+                return list(cont)
+        return []
+
+    def __len__(self) -> int:
+        return len(self._best)
 
 
 def lookup_match(seq: list[int], max_ngram: int, num_pred: int) -> tuple[int, list[int]]:

@@ -190,6 +190,9 @@ def prepare(cfg: DictConfig) -> Job:
         if max_new < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new}")
         auto = getattr(decoder, "auto", False)
+        if getattr(decoder, "pool_from_corpus", False) and not auto:
+            raise ValueError("decoder.pool_from_corpus=true drafts from the auto-tuner's calibration answers; "
+                             "set decoder.auto=true with it")
         no_prompts = (f"decoder.auto=true tunes on the job's first prompts, but limit={cfg.limit} selects none; "
                       "use limit >= 1")
         if auto and cfg.limit is not None and cfg.limit < 1:  # a config error: say so before loading any data

@@ -3,7 +3,7 @@
     python -m harness.perf [--dtype float32 bf16w] [--matmul auto|library|avx512|avx2|baseline]
                            [--tasks humaneval mt_bench gsm8k xsum]   (a bare --tasks: steps 0-1 only)
                            [--prompts 5] [--max-new-tokens 256] [--rounds 1] [--out results/perf]
-                           [--calibration-prompts 2] [--lookahead W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] ...]
+                           [--calibration-prompts 4] [--lookahead W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] ...]
                            [--pld MAX_NGRAM,NUM_PRED ...]
                            [--no-hf]
 
@@ -19,12 +19,15 @@
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
    ``prompt_lookup_num_tokens``), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
-   auto-tuned setting, the same shape fed only by its own window's n-grams, and any ``--lookahead``
-   settings. ``--rounds`` repeats the interleaved pass (each starting at the next method) and takes each
+   auto-tuned setting (with prompt and output pools; and again with its pool seeded first by the
+   held-out prompts' greedy answers, ``pool_from_corpus``), the same shape fed only by its own window's
+   n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each starting at the next method) and takes each
    method x prompt timing as the median over the rounds: a shared machine's drift of 5-10% over seconds
    otherwise decides closer comparisons. The ``--prompts`` measured prompts are spread evenly over the
    task (all of MT-Bench's categories, not its first one). The tuner calibrates on held-out prompts (the
-   ``--calibration-prompts`` examples after measured ones), so its prediction is tested on unseen text.
+   ``--calibration-prompts`` examples after measured ones), so its prediction is tested on unseen text;
+   their greedy answers are the ``+corpus`` row's corpus (4 by default: on every other HumanEval problem a
+   corpus of 2 answers raised S 5%, of 4 answers 8%).
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
@@ -209,8 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache-len", type=int, default=300)
     ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate (faster)")
-    ap.add_argument("--calibration-prompts", type=positive_int, default=2,
-                    help="held-out prompts the auto-tuner calibrates on (each the example after a measured one)")
+    ap.add_argument("--calibration-prompts", type=positive_int, default=4,
+                    help="held-out prompts the auto-tuner calibrates on (each the example after a measured one); their "
+                         "greedy answers are the corpus of the +corpus row")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP[,PL]]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
     ap.add_argument("--pld", nargs="*", default=[], metavar="MAX_NGRAM,NUM_PRED", type=parse_pld,
@@ -273,8 +277,10 @@ def main(argv: list[str] | None = None) -> None:
                                  f"the auto-tuner on; lower --prompts")
             # the tuner measures its own curve at the calibration's cache length (see autotune)
             tuned = autotune(backend, held_out, max_new_tokens=args.max_new_tokens, pool_from_output=True,
-                             pool_context=True)
+                             pool_context=True, pool_from_corpus=True)
             shape = {k: tuned.params[k] for k in SHAPE}
+            with_corpus = build_decoder("lookahead", **tuned.params)
+            with_corpus.corpus = tuned.corpus  # the held-out prompts' answers
             window_only = {**shape, "prompt_lookup": None}
             methods = [Method("ar", ours(backend, build_decoder("ar")))]
             if not args.no_hf:
@@ -287,7 +293,9 @@ def main(argv: list[str] | None = None) -> None:
                   for m, n in plds],
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(auto_name := f"lookahead auto{shape_label(shape)}+pools",
-                       ours(backend, build_decoder("lookahead", **tuned.params))),
+                       ours(backend, build_decoder("lookahead", **{**tuned.params, "pool_from_corpus": False}))),
+                # the same, its pool seeded first with the held-out prompts' greedy answers
+                Method(f"lookahead auto{shape_label(shape)}+pools+corpus", ours(backend, with_corpus)),
                 # the same shape fed by its lookahead branch alone (no prompt/output n-grams, no prompt
                 # lookup chain): what the Jacobi n-grams contribute
                 Method(f"lookahead window pool only{shape_label(window_only)}",
@@ -317,7 +325,8 @@ def main(argv: list[str] | None = None) -> None:
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
                      f"steps priced at cache {tuned.cache_len}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
-                     "+pools = prompt and output n-grams, context-ranked; roofline at t(k) measured after each "
+                     "+pools = prompt and output n-grams, context-ranked; +corpus = and the n-grams of the "
+                     f"{len(held_out)} held-out prompts' answers; roofline at t(k) measured after each "
                      f"round (median over {len(round_curves)}): {curve_line(task_curve, (1, 2, 4, 6, 8, 16))}\n"
                      + format_table(table) + "\nlookahead "
                      "auto's steps by tokens fed k (cost t(k)/t(1)):\n" + to_markdown(by_size, floatfmt=".2f"))

@@ -99,8 +99,7 @@ def _begin(job: Job, backend, tuned: dict[str, Any] | None, inv: dict[str, Any])
 
     recorded = update_manifest(job.run_dir, change)["tuned"]
     if recorded and recorded != tuned:
-        job.decoder.set_shape(recorded["params"])
-        job.decoder.tuned = recorded
+        job.decoder.adopt(recorded)
 
 
 def _end(job: Job, inv_id: str, counts: dict[str, int]) -> None:
@@ -115,21 +114,21 @@ def _end(job: Job, inv_id: str, counts: dict[str, int]) -> None:
 
 def _autotune(job: Job, backend) -> dict[str, Any]:
     """Tune lookahead's shape (W, N, G, text_ngram, step_tokens) on the job's first two prompts, or
-    reuse the choice of an earlier run of the same job (so a resumed run keeps one configuration)."""
+    reuse the choice of an earlier run of the same job (so a resumed run keeps one configuration). With
+    pool_from_corpus their answers are the corpus: each prompt drafts from the other's, never its own."""
     from decoders.lookahead import SHAPE
     from tasks import encode_prompt
 
     prior = read_manifest(job.run_dir).get("tuned")
     if prior:
-        job.decoder.set_shape(prior["params"])
-        job.decoder.tuned = prior
+        job.decoder.adopt(prior)
         return prior
     prompts = [encode_prompt(job.task.prompt(ex, 0, []), backend.tokenizer) for ex in job.examples[:2]]
     job.decoder.tune(backend, prompts, job.max_new_tokens)
     t = job.decoder.tuned
     shape = ", ".join(f"{k}={t.params[k]}" for k in SHAPE)
     print(f"  auto-tuned {shape}, predicted speedup {t.predicted:.2f}x", flush=True)
-    return {"params": t.params, "predicted": t.predicted, "calibration": t.calibration}
+    return {"params": t.params, "predicted": t.predicted, "calibration": t.calibration, "corpus": t.corpus}
 
 
 class _Loop:

@@ -122,3 +122,22 @@ def test_autotune_prices_steps_at_the_calibration_cache_length(tiny):
     assert all(r["predicted"] > 0 for r in tuned.calibration)
     assert autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=8, candidates=CANDIDATES[:1],
                     screen_tokens=4, finalists=1).cache_len is None  # the caller's curve, as given
+
+
+def test_autotune_with_a_corpus_keeps_the_calibration_answers(tiny):
+    """pool_from_corpus: the calibration prompts' greedy answers become the corpus (each candidate drafts
+    from the others'), and the tuned decoder keeps them."""
+    from decoders.base import token_hash
+
+    prompts = [[7, 8, 9, 10, 11] * 4, [5, 6, 5, 6, 20, 21], [30, 31, 32]]
+    ar = build_decoder("ar")
+    tuned = autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=12, candidates=CANDIDATES[-4:],
+                     screen_tokens=6, finalists=2, pool_from_output=True, pool_context=True, pool_from_corpus=True)
+    assert tuned.params["pool_from_corpus"] is True
+    assert tuned.corpus == {token_hash(p): ar.generate(tiny, p, 12).tokens for p in prompts}
+    dec = build_decoder("lookahead", auto=True, pool_from_corpus=True)
+    dec.tune(tiny, prompts[:2], 12)
+    assert dec.corpus == {token_hash(p): tuned.corpus[token_hash(p)] for p in prompts[:2]}
+    assert dec.generate(tiny, prompts[2], 12).tokens == ar.generate(tiny, prompts[2], 12).tokens
+    plain = autotune(tiny, prompts[:1], {1: 1.0, 64: 2.0}, max_new_tokens=6, candidates=CANDIDATES[-1:])
+    assert plain.corpus == {} and plain.params["pool_from_corpus"] is False

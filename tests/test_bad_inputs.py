@@ -59,6 +59,7 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["limit=-1"], ["limit must be >= 0 or null"]),
     (["results_dir={tmp}/afile/res"], ["cannot be created", "afile is a file", "writable directory"]),
     (["decoder=lookahead", "decoder.auto=true", "limit=0"], ["decoder.auto=true", "use limit >= 1"]),
+    (["decoder=lookahead", "decoder.pool_from_corpus=true"], ["pool_from_corpus=true", "set decoder.auto=true"]),
     # the task and its data
     (["+task.options.num_shots=3"], ["unknown option", "num_shots"]),
     (["+task.options.num_fewshot=99"], ["num_fewshot must be in 0..8, got 99"]),

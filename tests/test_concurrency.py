@@ -69,19 +69,24 @@ def test_four_writers_one_killed_mid_line_one_killed_at_random(tmp_path: Path) -
     assert procs[1].returncode == procs[2].returncode == 0, outs[1][1][-2000:] + outs[2][1][-2000:]
     assert procs[3].returncode == -signal.SIGKILL
 
-    committed = {int(k) for out, _ in outs.values() for k in out.split()}
-    complete = {k for seed in (1, 2) for k in random.Random(seed).sample(range(KEYS), 30)}
-    assert complete <= committed  # the survivors wrote (or found) every key they meant to
+    # what each writer reported committed; the one killed from outside may die between its commit and its
+    # report, so the file can hold a key nobody printed (a survivor then found it and did not write it)
+    reported = {int(k) for out, _ in outs.values() for k in out.split()}
     data = (tmp_path / "res" / "t" / "job" / "records.jsonl").read_bytes()
     if not data.endswith(b"\n"):  # the torn line came last: the next writer cuts it
         with pytest.warns(UserWarning, match="partial last line"):
             RecordWriter(run_dir, job_id="J").close()
         data = (run_dir / "records.jsonl").read_bytes()
     keys = [int(json.loads(line)["example_id"]) for line in data.decode().splitlines()]
-    assert len(keys) == len(set(keys)) and set(keys) == committed  # each record exactly once, none lost
+    assert len(keys) == len(set(keys))  # each record exactly once
+    assert reported <= set(keys)  # nothing reported committed was lost
+    complete = {k for seed in (1, 2) for k in random.Random(seed).sample(range(KEYS), 30)}
+    assert complete <= set(keys)  # the survivors wrote (or found) every key they meant to
+    meant = {k for seed in modes for k in random.Random(seed).sample(range(KEYS), 30)}
+    assert set(keys) <= meant and len(set(keys) - reported) <= 1  # at most the killed writer's last commit
 
     rep = build_report(load_records(tmp_path / "res"))
-    assert rep["prompts"].sum() == len(committed)  # the report counts each prompt once
+    assert rep["prompts"].sum() == len(keys)  # the report counts each prompt once
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"offline datasets not found at {DATA}")

@@ -86,6 +86,38 @@ def test_greedy_decoders_equal_ar(tiny, prompt, spec, max_new):
     assert ar.steps == len(ar.tokens)  # S = 1 exactly for autoregressive decoding
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=prompts, others=st.lists(prompts, min_size=1, max_size=3), junk=st.lists(tokens, max_size=12),
+       t=st.integers(2, 8), cap=st.one_of(st.none(), st.integers(0, 6)), pl=st.one_of(st.none(), st.integers(1, 6)),
+       max_new=st.integers(1, 30))
+def test_lookahead_with_a_corpus_equals_ar(tiny, prompt, others, junk, t, cap, pl, max_new):
+    """pool_from_corpus drafts from other prompts' answers (and from wrong text, as a stale corpus would be);
+    the output stays ar's. An answer filed under this very prompt is never drafted from."""
+    from decoders.base import token_hash
+
+    ar = build_decoder("ar")
+    dec = build_decoder("lookahead", W=1, N=2, G=1, text_ngram=t, step_tokens=None if cap is None else 3 + cap,
+                        prompt_lookup=pl, pool_from_output=True, pool_context=True, pool_from_corpus=True)
+    dec.corpus = {token_hash(o): ar.generate(tiny, o, max_new).tokens for o in others}
+    dec.corpus[token_hash([1, 2, 3])] = junk
+    res = dec.generate(tiny, prompt, max_new)
+    assert res.tokens == ar.generate(tiny, prompt, max_new).tokens
+    _check_result(res, max_new, tiny.eos_token_ids)
+
+
+def test_corpus_drafts_only_where_the_text_has_none_and_never_from_this_prompts_answer():
+    from decoders.base import token_hash
+
+    dec = build_decoder("lookahead", W=1, N=2, G=1, text_ngram=3, pool_from_corpus=True)
+    prompt = [10, 11, 12]
+    dec.corpus = {token_hash(prompt): [20, 21, 22, 23], token_hash([1]): [30, 31, 32, 33, 10, 50, 51]}
+    state = dec.begin(prompt)
+    assert state.corpus.get([20]) == [] and state.corpus.get([30]) == [31, 32]  # its own answer is left out
+    assert dec.propose(state, [*prompt, 30]).tree.tokens == [31, 32]  # 30 is nowhere in the text: the corpus
+    assert dec.propose(state, [*prompt, 10]).tree.tokens == [11, 12]  # the prompt's own n-gram, not the corpus's
+    assert dec.propose(state, [*prompt, 40]).tree.tokens == []  # nothing anywhere
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_ar_equals_uncached_reference(seed, device):
     from tiny import tiny_backend

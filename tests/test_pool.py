@@ -1,8 +1,8 @@
-"""The n-gram pool: per-key cap, newest first, refresh on re-insert, and context ranking."""
+"""The n-gram pool: per-key cap, newest first, refresh on re-insert, and context ranking; the corpus index."""
 
 from __future__ import annotations
 
-from decoders.pool import NgramPool
+from decoders.pool import CorpusIndex, NgramPool
 
 
 def test_cap_newest_first_and_refresh():
@@ -46,3 +46,16 @@ def test_context_lookup_respects_cap():
     pool = NgramPool(2, cap=2, context=True)
     pool.add_from([1, 9, 10, 1, 9, 11, 1, 9, 12])  # context 1 -> 9 holds (11,), (12,) after eviction
     assert pool.get(9, prev=1) == [(12,), (11,)]
+
+
+def test_corpus_index_takes_the_most_frequent_continuation_of_the_longest_context():
+    # after 9: (1 2) twice and (3 4) once; after "5 9": (3 4) only
+    texts = [[9, 1, 2, 0], [9, 3, 4, 0, 5, 9, 3, 4], [7, 9, 1, 2]]
+    idx = CorpusIndex(texts, length=2)
+    assert idx.get([8, 9]) == [1, 2]  # unseen two-token context: the one-token one, most frequent
+    assert idx.get([5, 9]) == [3, 4]  # the two-token context wins over the more frequent one-token one
+    assert idx.get([9]) == [1, 2]
+    assert idx.get([6]) == [] and idx.get([2]) == []  # never seen; seen only without a whole continuation after
+    tie = CorpusIndex([[9, 5, 6], [9, 7, 8]], length=2)
+    assert tie.get([9]) == [5, 6]  # a tie goes to the first seen
+    assert CorpusIndex([], length=3).get([1, 2]) == []

@@ -213,6 +213,28 @@ def test_auto_tuned_job_records_choice_and_keeps_it_on_resume(tiny_ckpt, tmp_pat
         assert df[col].nunique(dropna=False) == 1, col
 
 
+def test_auto_tuned_corpus_is_recorded_and_restored_on_resume(tiny_ckpt, tmp_path):
+    """pool_from_corpus: the tuning prompts' answers go into the manifest with the shape, and a resumed
+    run drafts from the same corpus instead of re-tuning."""
+    from decoders.base import token_hash
+    from harness.records import read_manifest
+    from harness.run import _autotune, cached_backend
+    from tasks import encode_prompt
+
+    base = [f"model.name={tiny_ckpt}", "decoder=lookahead", "decoder.auto=true", "decoder.pool_from_corpus=true",
+            "task=gsm8k", "max_new_tokens=8", f"data_dir={DATA}", f"results_dir={tmp_path}"]
+    run(_compose(base + ["limit=2"]))
+    df = load_records(tmp_path)
+    assert df["p_pool_from_corpus"].all()
+    tuned = read_manifest(Path(df["run_dir"].iloc[0]))["tuned"]
+    job = prepare(_compose(base + ["limit=3"]))
+    backend = cached_backend(job.cfg.model.name, job.cfg.dtype, job.cfg.device, job.cfg.model.attn, job.cfg.matmul)
+    prompts = [encode_prompt(job.task.prompt(ex, 0, []), backend.tokenizer) for ex in job.examples[:2]]
+    assert sorted(tuned["corpus"]) == sorted(token_hash(p) for p in prompts) and all(tuned["corpus"].values())
+    assert _autotune(job, backend) == tuned and job.decoder.corpus == tuned["corpus"]  # adopted, not re-tuned
+    assert run(_compose(base + ["limit=3"]))["done"] == 1
+
+
 # ---- job identity, invocations, progress ---------------------------------------------------------------
 def _job(*over: str):
     return prepare(_compose(["task=gsm8k", f"data_dir={DATA}", "limit=1", *over]))
