@@ -94,7 +94,7 @@ class CorpusIndex:
                     seen[cont] = seen.get(cont, 0) + 1
         self.context = context
         # max keeps the first of equal counts, and dicts iterate in insertion order: the first seen
-        self._best = {key: list(max(seen, key=seen.__getitem__)) for key, seen in counts.items()}
+        self._best = {key: max(seen, key=seen.__getitem__) for key, seen in counts.items()}
 
     def get(self, seq: Sequence[int]) -> list[int]:
         """The continuation for seq's longest indexed context; [] when not even its last token is indexed."""

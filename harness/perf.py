@@ -19,12 +19,12 @@
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
    ``prompt_lookup_num_tokens``), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
-   auto-tuned setting (with prompt and output pools; and again with its pool seeded first by the
-   held-out prompts' greedy answers, ``pool_from_corpus``), the same shape fed only by its own window's
-   n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each starting at the next method) and takes each
-   method x prompt timing as the median over the rounds: a shared machine's drift of 5-10% over seconds
-   otherwise decides closer comparisons. The ``--prompts`` measured prompts are spread evenly over the
-   task (all of MT-Bench's categories, not its first one). The tuner calibrates on held-out prompts (the
+   auto-tuned setting (with prompt and output pools; and again drafting, where the text has no draft,
+   from the held-out prompts' greedy answers, ``pool_from_corpus``), the same shape fed only by its own
+   window's n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each
+   starting at the next method) and takes each method x prompt timing as the median over the rounds: a
+   shared machine's drift of 5-10% over seconds otherwise decides closer comparisons. The ``--prompts``
+   measured prompts are spread evenly over the task (all of MT-Bench's categories, not its first one). The tuner calibrates on held-out prompts (the
    ``--calibration-prompts`` examples after measured ones), so its prediction is tested on unseen text;
    their greedy answers are the ``+corpus`` row's corpus (4 by default: on every other HumanEval problem a
    corpus of 2 answers raised S 5%, of 4 answers 8%).
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(auto_name := f"lookahead auto{shape_label(shape)}+pools",
                        ours(backend, build_decoder("lookahead", **{**tuned.params, "pool_from_corpus": False}))),
-                # the same, its pool seeded first with the held-out prompts' greedy answers
+                # the same, drafting from the held-out prompts' greedy answers where the text has no draft
                 Method(f"lookahead auto{shape_label(shape)}+pools+corpus", ours(backend, with_corpus)),
                 # the same shape fed by its lookahead branch alone (no prompt/output n-grams, no prompt
                 # lookup chain): what the Jacobi n-grams contribute
@@ -325,8 +325,8 @@ def main(argv: list[str] | None = None) -> None:
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
                      f"steps priced at cache {tuned.cache_len}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
-                     "+pools = prompt and output n-grams, context-ranked; +corpus = and the n-grams of the "
-                     f"{len(held_out)} held-out prompts' answers; roofline at t(k) measured after each "
+                     "+pools = prompt and output n-grams, context-ranked; +corpus = and drafts from the "
+                     f"{len(held_out)} held-out prompts' answers where the text has none; roofline at t(k) measured after each "
                      f"round (median over {len(round_curves)}): {curve_line(task_curve, (1, 2, 4, 6, 8, 16))}\n"
                      + format_table(table) + "\nlookahead "
                      "auto's steps by tokens fed k (cost t(k)/t(1)):\n" + to_markdown(by_size, floatfmt=".2f"))
