@@ -24,10 +24,10 @@
    window's n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each
    starting at the next method) and takes each method x prompt timing as the median over the rounds: a
    shared machine's drift of 5-10% over seconds otherwise decides closer comparisons. The ``--prompts``
-   measured prompts are spread evenly over the task (all of MT-Bench's categories, not its first one). The tuner calibrates on held-out prompts (the
-   ``--calibration-prompts`` examples after measured ones), so its prediction is tested on unseen text;
-   their greedy answers are the ``+corpus`` row's corpus (4 by default: on every other HumanEval problem a
-   corpus of 2 answers raised S 5%, of 4 answers 8%).
+   measured prompts are spread evenly over the task (all of MT-Bench's categories, not its first one).
+   The tuner calibrates on held-out prompts (the ``--calibration-prompts`` examples after measured ones),
+   so its prediction is tested on unseen text; their greedy answers are the ``+corpus`` row's corpus (4
+   by default: on every other HumanEval problem a corpus of 2 answers raised S 5%, of 4 answers 8%).
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
