@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import textwrap
 import time
 
 from decoders import build_decoder
@@ -47,6 +48,12 @@ CALIBRATION_PROMPTS = (
 )
 PAPER_STYLE = {"W": 5, "N": 4, "G": 5, "pool_from_prompt": True}
 CPU_POOLS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
+WIDTH = 100  # every printed line fits a 100-column terminal
+
+
+def cpu_lines(cpu: str, width: int = WIDTH) -> list[str]:
+    """The CPU line, wrapped: a long model name and five ISA flags run past 100 columns (113 on a Xeon)."""
+    return textwrap.wrap(f"cpu: {cpu}", width=width, subsequent_indent="     ", break_on_hyphens=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     backend = load_backend(args.model, dtype=args.dtype, device=args.device)
-    print(f"cpu: {cpu_line(cpu_identity())}")
+    print("\n".join(cpu_lines(cpu_line(cpu_identity()))))
     if backend.gpu_name:
         import torch
 

@@ -5,19 +5,33 @@ from __future__ import annotations
 
 import pytest
 
-from harness.demo import BUILTIN_PROMPTS, main
+from harness.demo import BUILTIN_PROMPTS, cpu_lines, main
 
 
 def test_demo_runs_exact_and_fits_100_columns(capsys):
     main(["--max-new-tokens", "8"])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("cpu: ") and "torch " in lines[0] and lines[1].startswith("matmuls: ")
+    first = next(i for i, ln in enumerate(lines) if not ln.startswith(("cpu: ", "     ")))  # the CPU may wrap
+    assert lines[0].startswith("cpu: ") and "torch " in " ".join(lines[:first])
+    assert lines[first].startswith("matmuls: ")
     assert any("auto-tuned lookahead (" in ln for ln in lines)
     assert any("medians of 3 interleaved rounds" in ln for ln in lines)
     rows = [ln for ln in lines if ln.split() and ln.split()[0] in BUILTIN_PROMPTS]
     assert len(rows) == 5 * len(BUILTIN_PROMPTS)  # ar, jacobi, pld, lookahead paper and auto per prompt
     assert all(ln.rstrip().endswith("yes") for ln in rows), "\n".join(rows)
     assert max(len(ln) for ln in lines) <= 100
+
+
+def test_a_long_cpu_line_wraps_to_100_columns():
+    """A Xeon's name and flags made a 113-column first line; the demo wraps it, keeping every word."""
+    cpu = ("Intel(R) Xeon(R) Processor (family 6 model 167; avx2 fma avx512f avx512_bf16 amx_tile; "
+           "torch AVX512; 2 CPUs)")
+    lines = cpu_lines(cpu)
+    assert len(lines) == 2 and lines[0].startswith("cpu: Intel(R)") and lines[1].startswith("     ")
+    assert all(len(ln) <= 100 for ln in lines)
+    assert " ".join(ln.strip() for ln in lines) == f"cpu: {cpu}"
+    assert cpu_lines("AMD EPYC (family 25 model 17; avx2 fma avx512f; torch AVX512; 2 CPUs)") == [
+        "cpu: AMD EPYC (family 25 model 17; avx2 fma avx512f; torch AVX512; 2 CPUs)"]
 
 
 def test_rounds_rotate_the_decoders():
