@@ -241,11 +241,13 @@ def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
 
 def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtype, huge_bytes: int = 0) -> str:
     """What the manifests, perf results and the demo print: ``kernel avx2 (AVX2) bfloat16 weights``
+    (``kernel avx512 (AVX512, 6x64 tiles at 3-6 rows) float32 weights`` on Zen 4)
     (``..., 512 MB in 2 MB pages`` where the OS backs that much of them with huge pages), ``oneDNN packed
     float32`` or ``F.linear bfloat16``."""
     name = str(dtype).removeprefix("torch.")
     if kernel is not None:
         info = kernel.kernel_info
         pages = f", {huge_bytes / 1e6:.0f} MB in 2 MB pages" if huge_bytes else ""
-        return f"kernel {info.variant} ({info.isa}) {'bfloat16' if bf16_weights else 'float32'} weights{pages}"
+        tiles = ", 6x64 tiles at 3-6 rows" if info.tile_6x4 and not bf16_weights else ""
+        return f"kernel {info.variant} ({info.isa}{tiles}) {'bfloat16' if bf16_weights else 'float32'} weights{pages}"
     return f"{'oneDNN packed' if pack else 'F.linear'} {name}{' (weights rounded to bfloat16)' if bf16_weights else ''}"

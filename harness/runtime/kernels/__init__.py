@@ -8,6 +8,9 @@ separately named extensions, one per variant:
 - ``baseline``: no SIMD flags: at::vec's generic arrays, which the compiler vectorizes for plain
   x86-64 (SSE2); on aarch64 the default build, which is NEON.
 
+The avx512 build's float32 3-6-row tile is chosen per CPU at build time (:func:`prefers_6x4_tile`: 6 x 64
+columns on Zen 4, 12 x 32 elsewhere); the two give bitwise the same results.
+
 Every variant sums each output element in one float32 accumulator over k in order with the same
 operation at every row count, so a row's result does not depend on the other rows of the call (bitwise,
 within one variant; across variants the last bits may differ: the baseline has no FMA on x86).
@@ -90,6 +93,7 @@ class KernelInfo:
     vector_floats: int  # floats per vector register
     block: int  # output columns per block (a thread's unit of work)
     build_dir: str
+    tile_6x4: bool = False  # avx512: float32 3-6 rows as 6 x 64-column tiles (see prefers_6x4_tile)
 
     def describe(self, weights: torch.dtype | str | None = None) -> str:
         """``kernel avx2`` or, given the packed weights' dtype, ``kernel avx2 bfloat16``."""
@@ -199,25 +203,42 @@ def cache_root() -> Path:
     return Path(base) / "lookahead-bench" / "kernels"
 
 
-def build_flags(variant: str) -> list[str]:
-    """The compiler flags of ``variant`` (besides torch's own)."""
-    return [*COMMON_CFLAGS, *_variants()[variant][0]]
+def prefers_6x4_tile(fields: dict[str, str] | None = None) -> bool:
+    """Whether the avx512 variant multiplies 3-6 float32 rows in 6-row x 64-column tiles (else 12 x 32, as
+    bfloat16 and 7-12 rows do): on Zen 4 (AMD family 25 with AVX-512, which runs 512-bit operations as two
+    256-bit halves) 6 x 64 ran 0.82-0.95x; on a Xeon and on Zen 5, 1.025-1.07x (see small_gemm.cpp)."""
+    fields = _cpuinfo() if fields is None else fields
+    if not fields:
+        return False
+    return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
 
 
-def build_key(variant: str, source_dir: Path | None = None) -> str:
+def _tile_6x4(variant: str, tile_6x4: bool | None) -> bool:
+    """The 6 x 64 float32 tile of ``variant``'s build: only avx512 has one; None: this CPU's choice."""
+    if variant != "avx512":
+        return False
+    return prefers_6x4_tile() if tile_6x4 is None else tile_6x4
+
+
+def build_flags(variant: str, tile_6x4: bool | None = None) -> list[str]:
+    """The compiler flags of ``variant`` (besides torch's own); ``tile_6x4``: see :func:`prefers_6x4_tile`."""
+    return [*COMMON_CFLAGS, *_variants()[variant][0], *(["-DSG_F32_TILE_6X4"] if _tile_6x4(variant, tile_6x4) else [])]
+
+
+def build_key(variant: str, source_dir: Path | None = None, tile_6x4: bool | None = None) -> str:
     """``<variant>-<hash>``: the build directory's name, the hash over everything the binary depends on."""
     h = hashlib.sha256()
     texts = [src.read_bytes() for src in sources(source_dir)]
-    for part in (*texts, "\0".join(build_flags(variant)).encode(), "\0".join(LDFLAGS).encode(),
+    for part in (*texts, "\0".join(build_flags(variant, tile_6x4)).encode(), "\0".join(LDFLAGS).encode(),
                  torch.__version__.encode(), sys.version.encode(), platform.machine().encode()):
         h.update(part)
         h.update(b"\1")
     return f"{variant}-{h.hexdigest()[:16]}"
 
 
-def build_dir(variant: str, source_dir: Path | None = None) -> Path:
+def build_dir(variant: str, source_dir: Path | None = None, tile_6x4: bool | None = None) -> Path:
     """The build directory of ``variant`` (from ``source_dir``'s sources, default ours) under :func:`cache_root`."""
-    return cache_root() / build_key(variant, source_dir)
+    return cache_root() / build_key(variant, source_dir, tile_6x4)
 
 
 def _note(msg: str) -> None:
@@ -236,7 +257,7 @@ def _one_line(err: BaseException) -> str:
     return f"{first} [{detail}]" if detail else first
 
 
-def _torch_load(variant: str, directory: Path, source_dir: Path | None = None) -> ModuleType:
+def _torch_load(variant: str, directory: Path, source_dir: Path | None = None, tile_6x4: bool = False) -> ModuleType:
     from torch.utils import cpp_extension
 
     name = module_name(directory)
@@ -246,15 +267,15 @@ def _torch_load(variant: str, directory: Path, source_dir: Path | None = None) -
     getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name=name, sources=[str(src) for src in sources(source_dir)], extra_cflags=build_flags(variant),
+        name=name, sources=[str(src) for src in sources(source_dir)], extra_cflags=build_flags(variant, tile_6x4),
         extra_ldflags=list(LDFLAGS),  # a copy: torch appends to it
         build_directory=str(directory), verbose=False,
     )
 
 
-def _build(variant: str, timeout_s: float, source_dir: Path | None = None) -> ModuleType | None:
+def _build(variant: str, timeout_s: float, source_dir: Path | None = None, tile_6x4: bool = False) -> ModuleType | None:
     """Build (or load the cached build of) ``variant``; None after one stderr line when it cannot."""
-    directory = build_dir(variant, source_dir)
+    directory = build_dir(variant, source_dir, tile_6x4)
     fallback = "using library matmuls"
     try:
         with Flock(directory.with_name(directory.name + ".flock"), timeout_s):
@@ -270,7 +291,7 @@ def _build(variant: str, timeout_s: float, source_dir: Path | None = None) -> Mo
                 shutil.rmtree(directory, ignore_errors=True)
             for attempt in (0, 1):
                 try:
-                    module = _torch_load(variant, directory, source_dir)
+                    module = _torch_load(variant, directory, source_dir, tile_6x4)
                     break
                 except ImportError as err:  # built, or found built, but does not import
                     if attempt:
@@ -287,19 +308,22 @@ def _build(variant: str, timeout_s: float, source_dir: Path | None = None) -> Mo
         return None
     info = module.info()
     module.kernel_info = KernelInfo(variant=variant, isa=str(info["isa"]), vector_floats=int(info["vector_floats"]),
-                                    block=int(info["block"]), build_dir=str(directory))
+                                    block=int(info["block"]), build_dir=str(directory),
+                                    tile_6x4="float32_tile" in info)
     return module
 
 
 def load_small_gemm(variant: str | None = None, timeout_s: float = 600,
-                    source_dir: Path | None = None) -> ModuleType | None:
+                    source_dir: Path | None = None, tile_6x4: bool | None = None) -> ModuleType | None:
     """The compiled kernel module of ``variant`` (default: :func:`best_variant`), or None where it cannot
     be built (one line on stderr says why; the caller keeps library matmuls).
 
     Raises ValueError for an unknown variant or one this CPU cannot execute. ``timeout_s`` bounds the
     wait for another process's build of the same variant. ``source_dir``: build from an edited copy of
-    the sources instead of ours (an A/B; see :func:`sources`). One build or load per variant, sources
-    and process; the loaded module carries ``kernel_info`` (:class:`KernelInfo`).
+    the sources instead of ours (an A/B; see :func:`sources`). ``tile_6x4``: avx512's float32 3-6-row
+    tile, None for this CPU's choice (:func:`prefers_6x4_tile`); the results are bitwise the same either
+    way. One build or load per variant, sources, tile and process; the loaded module carries
+    ``kernel_info`` (:class:`KernelInfo`).
     """
     if variant is None:
         variant = best_variant()
@@ -307,12 +331,12 @@ def load_small_gemm(variant: str | None = None, timeout_s: float = 600,
     if source_dir is not None:
         source_dir = Path(source_dir).resolve()
         sources(source_dir)  # FileNotFoundError naming what is missing, not a fallback to library matmuls
-    return _build_once(variant, timeout_s, source_dir)
+    return _build_once(variant, timeout_s, source_dir, _tile_6x4(variant, tile_6x4))
 
 
-@functools.cache  # one build or load per variant, sources and process
-def _build_once(variant: str, timeout_s: float, source_dir: Path | None) -> ModuleType | None:
-    return _build(variant, timeout_s, source_dir)
+@functools.cache  # one build or load per variant, sources, tile and process
+def _build_once(variant: str, timeout_s: float, source_dir: Path | None, tile_6x4: bool) -> ModuleType | None:
+    return _build(variant, timeout_s, source_dir, tile_6x4)
 
 
 def kernel_info(module: ModuleType | None) -> KernelInfo | None:

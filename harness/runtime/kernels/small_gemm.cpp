@@ -74,7 +74,7 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // accumulators (rows x stripes x SV), the weights of one k (stripes x SV) and a broadcast fit the
 // register file: 16 registers on AVX2 / x86 generic, 32 on AVX-512 and aarch64.
 // From 3 rows on, row tiles of up to MT_MAX rows against NSM stripes. AVX-512 takes 12 rows x 2 stripes
-// (float32 3-6 rows: 6 x 4, see MT_F32), so a lookahead step (3-12 rows) is one row tile: each weight line
+// (float32 3-6 rows on Zen 4: 6 x 4, see MT_F32), so a lookahead step (3-12 rows) is one row tile: each weight line
 // is loaded once, with all rows' FMAs hidden under the stream. Against 6 rows x 4 stripes (two tiles from 7
 // rows on, the second re-reading the block from L2), interleaved `kernels.bench`-style A/B runs on the EPYC
 // (2026-12-02) put a forward's matmuls at 0.88-0.95x for 3-6 rows and 0.76-0.95x for 7-32 rows, in float32
@@ -86,17 +86,23 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // Not taken: 3-4 float32 rows walking the block's four stripes round robin in 512-byte chunks
 // (accumulators parked in L1, k order kept) ran 0.74-0.92x on Zen 3 (six A/B runs) but 1.14-1.65x
 // slower on Zen 5 with AVX2 forced, with or without prefetch, 512 or 2048-byte chunks (2026-12-03).
-// AVX-512, float32 weights, 3-6 rows (MT_F32 > 0): 6 rows x 4 stripes (NS_F32; 24 accumulators, the 4 weights of
-// one k and a broadcast in 32 registers), without software prefetch: the block streams 4 lines a k step where
-// 12 x 2 tiles stream 2 twice. On Zen 4 (EPYC family 25 model 17, 2026-12-04, `kernels.bench --against`, min of
-// 21 interleaved reps, three runs at 34-56 GB/s) a forward's 3-6 row float32 matmuls ran 0.82-0.95x of 12 x 2 (an
-// unedited copy: 0.94-1.09x); with the prefetch 1.03-1.08x; 7-12 rows as two 6 x 4 tiles 1.02-1.13x (so those keep
-// 12 x 2); bfloat16 3-6 rows 1.08-1.11x (so those keep it too). On Zen 5 (twelfth run in RUNS.md, older code) 6 x 4
-// for 4-6 rows had put a 6-token forward at 1.025x; not measured there since.
+// AVX-512, float32 weights, 3-6 rows, where the loader defines SG_F32_TILE_6X4 (MT_F32 > 0): 6 rows x 4 stripes
+// (NS_F32; 24 accumulators, the 4 weights of one k and a broadcast in 32 registers), without software prefetch:
+// the block streams 4 lines a k step where 12 x 2 tiles stream 2 twice (with the prefetch). Which is faster
+// depends on the core, so the loader picks it per CPU (kernels.prefers_6x4_tile): on Zen 4 (EPYC family 25 model
+// 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved reps, three runs at 34-56 GB/s) a forward's
+// 3-6 row float32 matmuls ran 0.82-0.95x of 12 x 2 (an unedited copy: 0.94-1.09x); with the prefetch 1.03-1.08x;
+// 7-12 rows as two 6 x 4 tiles 1.02-1.13x (so those keep 12 x 2); bfloat16 3-6 rows 1.08-1.11x (so those keep it
+// too). On a Xeon with AMX (family 6 model 167, 2026-12-05, the same command, 25-29 GB/s) the reverse: 6 x 4 ran
+// 1.04-1.07x of 12 x 2 at 3-6 rows; on Zen 5 (twelfth run in RUNS.md, older code) 1.025x at 4-6 rows.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
+#if defined(SG_F32_TILE_6X4)
 constexpr int NS_F32 = 4, MT_F32 = 6;  // float32, 3-6 rows: 24 acc (+4 weights)
+#else
+constexpr int NS_F32 = NSM, MT_F32 = 0;  // float32 3-6 rows as bfloat16's: 12 x 2 tiles
+#endif
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr const char* ISA = "AVX2";
 constexpr int NS1 = 4, NS2 = 2, NS3 = 2, NSM = 1, MT_MAX = 6;  // 1 row: 8 acc; 2: 8 (+4 weights); 3: 12 (+4); 6: 12 (+2)
