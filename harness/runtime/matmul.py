@@ -241,9 +241,9 @@ def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
 
 def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtype, huge_bytes: int = 0) -> str:
     """What the manifests, perf results and the demo print: ``kernel avx2 (AVX2) bfloat16 weights``
-    (``kernel avx512 (AVX512, 6x64 tiles at 3-6 rows) float32 weights`` on Zen 4)
-    (``..., 512 MB in 2 MB pages`` where the OS backs that much of them with huge pages), ``oneDNN packed
-    float32`` or ``F.linear bfloat16``."""
+    (``..., 512 MB in 2 MB pages`` where the OS backs that much of them with huge pages; ``kernel avx512
+    (AVX512, 6x64 tiles at 3-6 rows) float32 weights`` on Zen 4), ``oneDNN packed float32`` or ``F.linear
+    bfloat16``."""
     name = str(dtype).removeprefix("torch.")
     if kernel is not None:
         info = kernel.kernel_info

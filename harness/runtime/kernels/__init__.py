@@ -206,7 +206,7 @@ def cache_root() -> Path:
 def prefers_6x4_tile(fields: dict[str, str] | None = None) -> bool:
     """Whether the avx512 variant multiplies 3-6 float32 rows in 6-row x 64-column tiles (else 12 x 32, as
     bfloat16 and 7-12 rows do): on Zen 4 (AMD family 25 with AVX-512, which runs 512-bit operations as two
-    256-bit halves) 6 x 64 ran 0.82-0.95x; on a Xeon and on Zen 5, 1.025-1.07x (see small_gemm.cpp)."""
+    256-bit halves) 6 x 64 ran 0.82-0.95x of 12 x 32; on a Xeon 1.04-1.10x, on Zen 5 1.025x (see small_gemm.cpp)."""
     fields = _cpuinfo() if fields is None else fields
     if not fields:
         return False

@@ -93,8 +93,9 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved reps, three runs at 34-56 GB/s) a forward's
 // 3-6 row float32 matmuls ran 0.82-0.95x of 12 x 2 (an unedited copy: 0.94-1.09x); with the prefetch 1.03-1.08x;
 // 7-12 rows as two 6 x 4 tiles 1.02-1.13x (so those keep 12 x 2); bfloat16 3-6 rows 1.08-1.11x (so those keep it
-// too). On a Xeon with AMX (family 6 model 167, 2026-12-05, the same command, 25-29 GB/s) the reverse: 6 x 4 ran
-// 1.04-1.07x of 12 x 2 at 3-6 rows; on Zen 5 (twelfth run in RUNS.md, older code) 1.025x at 4-6 rows.
+// too). On a Xeon with AMX (family 6 model 167, 2026-12-05, the same command, three runs at 25-30 GB/s) the
+// reverse: 6 x 4 ran 1.04-1.10x of 12 x 2 at 3-6 rows; on Zen 5 (twelfth run in RUNS.md, older code) 6 x 4 for
+// 4-6 rows had put a 6-token forward at 1.025x.
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
