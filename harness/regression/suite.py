@@ -83,6 +83,10 @@ def suite_configs() -> list[SuiteConfig]:
         SuiteConfig.of("lookahead(N=2,W=1,G=1,text_ngram=7,step_tokens=11,prompt_lookup=10)+prompt+output+context",
                        "lookahead", N=2, W=1, G=1, pool_from_prompt=True, pool_from_output=True, pool_context=True,
                        text_ngram=7, step_tokens=11, prompt_lookup=10),
+        # the same, also drafting from the greedy answers to the suite's other prompts (see corpus_answers)
+        SuiteConfig.of("lookahead(N=2,W=1,G=1,text_ngram=7,step_tokens=11,prompt_lookup=10)+prompt+output+context"
+                       "+corpus", "lookahead", N=2, W=1, G=1, pool_from_prompt=True, pool_from_output=True,
+                       pool_context=True, text_ngram=7, step_tokens=11, prompt_lookup=10, pool_from_corpus=True),
     ]
 
 
@@ -107,6 +111,18 @@ def load_prompts(
     return prompts
 
 
+def corpus_answers(backend: Backend, prompts: Sequence[SuitePrompt], max_new_tokens: int) -> dict[str, list[int]]:
+    """``ar``'s answers to every prompt of the suite, keyed as ``LookaheadDecoder.corpus`` expects. A
+    ``pool_from_corpus`` config drafts from them; the decoder never uses a prompt's own answer, so each
+    prompt drafts from the other prompts' answers, as a tuned decoder drafts from its held-out prompts'."""
+    from decoders import build_decoder
+    from decoders.base import token_hash
+
+    ar = build_decoder("ar")
+    return {token_hash(list(p.token_ids)): ar.generate(backend, list(p.token_ids), max_new_tokens).tokens
+            for p in prompts}
+
+
 def run_suite(
     backend: Backend,
     prompts: Sequence[SuitePrompt],
@@ -128,8 +144,12 @@ def run_suite(
         ],
         "configs": {},
     }
+    corpus = None
     for cfg in configs:
         dec = cfg.build()
+        if dict(cfg.params).get("pool_from_corpus"):
+            corpus = corpus if corpus is not None else corpus_answers(backend, prompts, max_new_tokens)
+            dec.corpus = corpus
         t0 = time.perf_counter()
         tasks: dict[str, Any] = {}
         for p in prompts:
