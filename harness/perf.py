@@ -18,7 +18,8 @@
    is a ratio of one time window (one after the other, drift moved it 0.58-0.77x on one EPYC).
 2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
    untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
-   ``prompt_lookup_num_tokens``), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
+   ``prompt_lookup_num_tokens``; for bf16w also greedy on a bfloat16 copy of the model, transformers' own
+   way to run bf16 weights, whose text is its own: compare its tok/s), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
    auto-tuned setting (with prompt and output pools; and again drafting, where the text has no draft,
    from the held-out prompts' greedy answers, ``pool_from_corpus``), the same shape fed only by its own
    window's n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each
@@ -83,21 +84,40 @@ def ours(backend, decoder) -> Callable[[list[int], int], dict[str, Any]]:
     return go
 
 
-def transformers_generate(backend, **kw: Any) -> Callable[[list[int], int], dict[str, Any]]:
+def transformers_generate(backend, model=None, full_length: bool = False,
+                          **kw: Any) -> Callable[[list[int], int], dict[str, Any]]:
+    """transformers' ``generate`` on the backend's model, or on ``model`` (e.g. a bfloat16 copy);
+    ``full_length``: no stop at EOS, every call makes ``max_new`` tokens, so a model whose text differs from
+    ``ar``'s (and may end sooner) is still timed over as many tokens: compare its tok/s."""
     import torch
+
+    model = backend.model if model is None else model
 
     def go(ids: list[int], max_new: int) -> dict[str, Any]:
         x = torch.tensor([ids], device=backend.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = backend.model.generate(
+            out = model.generate(
                 x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
-                pad_token_id=backend.tokenizer.eos_token_id, **kw,
+                pad_token_id=backend.tokenizer.eos_token_id, **({"min_new_tokens": max_new} if full_length else {}),
+                **kw,
             )
         backend.sync()
         tokens = out[0, len(ids):].tolist()
         return {"new_tokens": len(tokens), "output_hash": token_hash(tokens), "total_s": time.perf_counter() - t0}
     return go
+
+
+def hf_bfloat16(backend):
+    """A bfloat16 copy of the backend's transformers model: how transformers itself runs bf16 weights
+    (bfloat16 activations too, so its text is its own, not ``ar``'s). Why beside the bf16w rows: their
+    ``generate`` reads the same bf16 values stored in float32, twice the bytes; this is the other fair
+    baseline."""
+    import copy
+
+    import torch
+
+    return copy.deepcopy(backend.model).to(torch.bfloat16)
 
 
 def task_prompts(task_name: str, n: int, held_out: int, data_dir: str | None, tokenizer,
@@ -269,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
                                              "t1_s": t1[dtype], "matmuls_s": matmuls[dtype],
                                              "t1_rounds_s": mem.t1_rounds[dtype],
                                              "step_weight_bytes": backend.step_weight_bytes()}
+        hf16 = hf_bfloat16(backend) if dtype == "bf16w" and args.tasks and not args.no_hf else None
         for task in args.tasks:
             prompts, held_out = task_prompts(task, args.prompts, args.calibration_prompts, args.data_dir,
                                              backend.tokenizer)
@@ -288,6 +309,9 @@ def main(argv: list[str] | None = None) -> None:
                     Method("transformers greedy", transformers_generate(backend)),
                     Method("transformers prompt lookup (10)", transformers_generate(backend, prompt_lookup_num_tokens=10)),
                 ]
+                if hf16 is not None:  # the bf16w model holds bf16 values in float32; transformers' own bf16 way too
+                    methods.append(Method("transformers greedy, bfloat16 model (own text, full length)",
+                                          transformers_generate(backend, hf16, full_length=True)))
             methods += [
                 *[Method(f"pld(max_ngram={m},num_pred={n})", ours(backend, build_decoder("pld", max_ngram=m, num_pred=n)))
                   for m, n in plds],

@@ -180,3 +180,23 @@ def test_task_prompts_spread_over_the_task_and_hold_out_neighbours():
     limit = len(measured[1]) - 1  # question 101 is one token too long
     measured, held = task_prompts("mt_bench", 4, 0, str(SHARED_DATA_DIR), ByQuestion(), max_prompt=limit)
     assert measured[1][0] > 101 and all(len(p) <= limit for p in measured) and len(measured) == 4 and not held
+
+
+def test_generate_full_length_runs_past_eos_and_takes_the_model_given():
+    """bf16w's extra baseline: transformers on a bfloat16 copy, timed over max_new tokens even where its
+    text ends sooner; the copy leaves the backend's float32 model as it was."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness.perf import hf_bfloat16, transformers_generate
+    from tiny import TINY_EOS, tiny_model
+
+    backend = SimpleNamespace(model=tiny_model(), device="cpu", tokenizer=SimpleNamespace(eos_token_id=TINY_EOS),
+                              sync=lambda: None)
+    ids = [32, 6, 34]  # the tiny model's greedy text ends (EOS) after 2 tokens
+    assert transformers_generate(backend)(ids, 32)["new_tokens"] < 32
+    assert transformers_generate(backend, full_length=True)(ids, 32)["new_tokens"] == 32
+    copy16 = hf_bfloat16(backend)
+    assert copy16.dtype == torch.bfloat16 and backend.model.dtype == torch.float32
+    assert transformers_generate(backend, copy16, full_length=True)(ids, 32)["new_tokens"] == 32
