@@ -189,7 +189,7 @@ def test_generate_full_length_runs_past_eos_and_takes_the_model_given():
 
     import torch
 
-    from harness.perf import hf_bfloat16, transformers_generate
+    from harness.perf_methods import hf_bfloat16, transformers_generate
     from tiny import TINY_EOS, tiny_model
 
     backend = SimpleNamespace(model=tiny_model(), device="cpu", tokenizer=SimpleNamespace(eos_token_id=TINY_EOS),
