@@ -223,31 +223,32 @@ inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk
   }
 }
 
-// One tile: MT rows (x: row stride K) x NS stripes (w: the first, stored stripes K*UW elements apart), all k,
-// written to y (row stride ldy; `cols` valid columns from the tile's first); where the shape prefetches,
-// each weight line read is prefetched again `pf` bytes further on (0: the line itself, a no-op), into L2
-// where L2 is set (see STREAM_L2), else into L1
+// One tile: MT rows (x: row stride K) x NS stripes (w: the first, stored stripes K*UW elements apart), k in
+// [k0, k1) (k1 < 0: all k), written to y (row stride ldy; `cols` valid columns from the tile's first); where
+// the shape prefetches, each weight line read is prefetched again `pf` bytes further on (0: the line itself,
+// a no-op), into L2 where L2 is set (see STREAM_L2), else into L1
 template <typename T, int MT, int NS, bool L2 = false>
 inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, int64_t cols, uintptr_t pf,
-                 int64_t bstride = 0) {
-  Vec acc[MT][NS][SV];
+                 int64_t bstride = 0, int64_t k0 = 0, int64_t k1 = -1) {
+  if (k1 < 0) k1 = K;
+  Vec acc[MT][NS][SV];  // from k0 > 0 on: the sums so far, parked in y (see block_chunked)
   for (int m = 0; m < MT; ++m)
     for (int s = 0; s < NS; ++s)
-      for (int v = 0; v < SV; ++v) acc[m][s][v] = Vec(0.f);
+      for (int v = 0; v < SV; ++v) acc[m][s][v] = k0 == 0 ? Vec(0.f) : Vec::loadu(y + m * ldy + s * SW + v * VS);
   constexpr int64_t U = UW<T>, NST = NS * SW / U;  // stored stripes of the tile
   const int64_t stripe = K * U;
   constexpr bool PREFETCH =
       (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
-    for (int64_t k = 0; k < K; ++k) {
+    for (int64_t k = k0; k < k1; ++k) {
       for (int s = 0; s < NST; ++s)
         SG_PREFETCH(reinterpret_cast<const void*>(
             reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + pf), L2);
       step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
     }
   } else {
-    for (int64_t k = 0; k < K; ++k) step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
+    for (int64_t k = k0; k < k1; ++k) step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
   }
   if (cols >= NS * SW) {
     for (int m = 0; m < MT; ++m)
@@ -281,15 +282,62 @@ inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float*
   tile_block<T, MT, NS, NEXT || STREAM_L2<T, MT>>(x, K, wb, y, ldy, cols, pf);
 }
 
-// One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2);
-// the first streams the block from memory (prefetching PREFETCH_BYTES ahead, 1-row tiles
-// PREFETCH_ROW_BYTES, where the tile shape wants it), the later ones find it in L2, and the last of
-// those prefetches the next block of the thread's run (`next`) line for line into L2 as it reads this
-// one, so memory is busy while they compute:
-// measured 0.89-0.95x for 7-32 rows on AVX2 (A/B, EPYC), 0.88-0.98x for 13-32 rows on AVX-512.
+// A row tile of mt <= MT rows over k in [k0, k1) of NS stripes (w), its sums carried in buf (row stride
+// NS * SW, every column stored)
+template <typename T, int NS, int MT>
+inline void rows_chunk(int64_t mt, const float* x, int64_t K, const T* w, float* buf, uintptr_t pf, int64_t k0,
+                       int64_t k1) {
+  if constexpr (MT > 1) {
+    if (mt < MT) return rows_chunk<T, NS, MT - 1>(mt, x, K, w, buf, pf, k0, k1);
+  }
+  tile<T, MT, NS, STREAM_L2<T, MT>>(x, K, w, buf, NS * SW, NS * SW, pf, 0, k0, k1);
+}
+
+// 2 to CHUNK_TILES<T> row tiles (float32: AVX2 7-24 rows, AVX-512 13-48; bfloat16: 7-12 and 13-24) take
+// turns on each KC k rows of a stripe group: the first streams those rows' weights from memory (prefetching
+// PREFETCH_BYTES ahead) and the others find them in L1, so the weight stream runs under every tile's
+// arithmetic, not under the first tile's alone. Each output is still one accumulator summed in k order,
+// parked in buf between chunks (a float32 store and load: exact). Against whole-K tiles one after the
+// other, the later ones re-reading the block from L2 and the last prefetching the next block (on a Xeon with
+// AMX, 2026-12-05, `kernels.bench --against`, min of 15 interleaved reps, two runs at 27 GB/s, each against
+// our build and an unedited copy): a forward's float32 matmuls with AVX2 forced ran 0.84-0.91x at 7 rows,
+// 0.86-0.94x at 8-12, 0.90-0.96x at 13-16, 0.95-0.99x at 24; bfloat16 0.87-0.91x at 7 rows, 0.93-1.01x at
+// 8-12, but 1.02-1.05x at 16 (three tiles; so bfloat16 stops at two); AVX-512 (one tile up to 12 rows)
+// float32 0.88-0.90x at 13 rows, 0.90-0.95x at 16, 0.97-1.02x at 24, bfloat16 0.98-1.0x at 13. 64 k rows
+// (4 KB of a float32 stripe) beat 32, 128 and 256; also prefetching the next block from the last tile, as
+// whole-K tiles do, was slower (7 rows: 24.5 against 22.3 ms).
+constexpr int64_t KC = 64;
+template <typename T>
+constexpr int64_t CHUNK_TILES = sizeof(T) == sizeof(float) ? 4 : 2;
+template <typename T, int NS, int MT>
+void block_chunked(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols,
+                   int64_t tiles) {
+  alignas(64) float buf[CHUNK_TILES<T> * MT * NS * SW];
+  for (int64_t s0 = 0; s0 < NSB && cols > s0 * SW; s0 += NS) {
+    const T* w = wb + s0 * K * SW;
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+      const int64_t k1 = std::min(K, k0 + KC);
+      for (int64_t t = 0, m0 = 0; t < tiles; ++t) {  // as block's tiles: near-equal sizes
+        const int64_t mt = (M - m0) / (tiles - t);
+        rows_chunk<T, NS, MT>(mt, x + m0 * K, K, w, buf + m0 * NS * SW, t == 0 ? PREFETCH_BYTES : 0, k0, k1);
+        m0 += mt;
+      }
+    }
+    const int64_t c = std::min<int64_t>(NS * SW, cols - s0 * SW);  // the last block's padding is not stored
+    for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * ldy + s0 * SW, buf + m * NS * SW, c * sizeof(float));
+  }
+}
+
+// One block against all M rows: ceil(M / MT) row tiles of near-equal size (8 rows: 4 + 4, not 6 + 2); 2 to
+// CHUNK_TILES<T> of them take turns per KC k rows (block_chunked). One, or more (a prefill): the first
+// streams the block from memory (prefetching PREFETCH_BYTES ahead, 1-row tiles PREFETCH_ROW_BYTES, where the
+// tile shape wants it), the later ones find it in L2, and the last of those prefetches the next block of
+// the thread's run (`next`) line for line into L2 as it reads this one, so memory is busy while they
+// compute: measured 0.89-0.95x for 7-32 rows on AVX2 (A/B, EPYC), 0.88-0.98x for 13-32 rows on AVX-512.
 template <typename T, int NS, int MT>
 void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t ldy, int64_t cols, bool next) {
   const int64_t tiles = (M + MT - 1) / MT;
+  if (tiles >= 2 && tiles <= CHUNK_TILES<T>) return block_chunked<T, NS, MT>(x, M, K, wb, y, ldy, cols, tiles);
   const uintptr_t block_bytes = uintptr_t(NSB * K * SW * sizeof(T));
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
@@ -471,6 +519,8 @@ pybind11::dict info() {
   d["prefetch_bf16_row_bytes"] = PREFETCH_BF16_ROW ? PREFETCH_ROW_BYTES : 0;
   d["work_split"] = "a run of blocks per thread, the rest taken from the back";
   d["bf16_row_blocks"] = TWO_BLOCKS<bf16> ? 2 : 1;  // blocks a 1-row bfloat16 tile spans
+  d["k_chunk"] = KC;  // k rows per turn of block_chunked's row tiles
+  d["chunked_row_tiles"] = pybind11::make_tuple(CHUNK_TILES<float>, CHUNK_TILES<bf16>);  // at most: float32, bf16
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
   if (MT_F32 > 0) d["float32_tile"] = pybind11::make_tuple(MT_F32, NS_F32 * SW);  // float32 3-MT_F32 rows: rows, columns
   return d;
