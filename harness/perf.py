@@ -16,19 +16,19 @@
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
    is a ratio of one time window (one after the other, drift moved it 0.58-0.77x on one EPYC).
-2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one
-   untimed warm-up each: our `ar`, transformers' ``generate`` (greedy, and with
-   ``prompt_lookup_num_tokens``; for bf16w also greedy on a bfloat16 copy of the model, transformers' own
-   way to run bf16 weights, whose text is its own: compare its tok/s), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
-   auto-tuned setting (with prompt and output pools; and again drafting, where the text has no draft,
-   from the held-out prompts' greedy answers, ``pool_from_corpus``), the same shape fed only by its own
-   window's n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each
-   starting at the next method) and takes each method x prompt timing as the median over the rounds: a
-   shared machine's drift of 5-10% over seconds otherwise decides closer comparisons. The ``--prompts``
-   measured prompts are spread evenly over the task (all of MT-Bench's categories, not its first one).
-   The tuner calibrates on held-out prompts (the ``--calibration-prompts`` examples after measured ones),
-   so its prediction is tested on unseen text; their greedy answers are the ``+corpus`` row's corpus (4
-   by default: on every other HumanEval problem a corpus of 2 answers raised S 5%, of 4 answers 8%).
+2. On real task prompts, interleaved per prompt (so machine drift hits every method alike), with one untimed
+   warm-up each: our `ar`, transformers' ``generate`` (greedy, and with ``prompt_lookup_num_tokens``; for
+   bf16w also greedy on a bfloat16 copy of the model, transformers' own way to run bf16 weights, whose text
+   is its own: compare its tok/s), our `pld` (and any ``--pld`` settings), `jacobi` and `lookahead`: the
+   auto-tuned setting (with prompt and output pools; and again drafting, where the text has no draft, from
+   the held-out prompts' greedy answers, ``pool_from_corpus``), the same shape fed only by its own window's
+   n-grams, and any ``--lookahead`` settings. ``--rounds`` repeats the interleaved pass (each starting at
+   the next method) and takes each method x prompt timing as the median over the rounds: a shared machine's
+   drift of 5-10% over seconds otherwise decides closer comparisons. The ``--prompts`` measured prompts are
+   spread evenly over the task (all of MT-Bench's categories, not its first one). The tuner calibrates on
+   held-out prompts (the ``--calibration-prompts`` examples after measured ones), so its prediction is
+   tested on unseen text; their greedy answers are the ``+corpus`` row's corpus (4 by default: on every
+   other HumanEval problem a corpus of 2 answers raised S 5%, of 4 answers 8%).
 3. One table per task and dtype: tokens/s, speedup over our `ar` (total generation time, prefill
    included, medians of per-prompt ratios and aggregate), S, mean tokens fed per step, the roofline
    bound (tokens x t(1) / sum over steps of t(k_step): the speedup if every step cost only its forward
