@@ -6,7 +6,7 @@ within the cap) tokens and costs t(k); autoregressive decoding costs t(1) per to
 latency curve t(k) on the backend after as many cache entries as the calibration runs hold half-way
 (the median prompt plus half the generation: a step's attention grows with the cache, so a curve
 measured on a short cache undercharges large steps on long prompts), run each candidate on calibration prompts (greedy; a short screening
-run of every candidate, then the best few at the job's length, see SCREEN_TOKENS), and predict its
+run of every candidate, then a few at the job's length, see SCREEN_TOKENS), and predict its
 speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best (of near-ties, the one
 feeding the fewest tokens a step: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
@@ -37,11 +37,20 @@ if TYPE_CHECKING:
     from harness.runtime.backend import Backend
 
 # Calibration is two rounds. Screening: every candidate on the first prompt for SCREEN_TOKENS tokens.
-# Final: the FINALISTS best on every calibration prompt for the job's own length. Why the long final
-# round: S rises over a generation as the pool fills with the answer's own n-grams, and not alike for
-# every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
+# Final: FINALISTS of them (see finalists) on every calibration prompt for the job's own length. Why the
+# long final round: S rises over a generation as the pool fills with the answer's own n-grams, and not
+# alike for every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
 FINALISTS = 4
+# The finalists are first the screened shapes on the frontier of predicted speedup against tokens a step
+# (none other predicted faster with fewer tokens a step) within SCREEN_MARGIN of the best, then the best
+# of the rest. Why: one short prompt ranks long prompt-lookup chains least reliably (how much a prompt's
+# text is copied varies most between prompts), and the four best screened can be one chain with four
+# caps, leaving the final no smaller step to weigh. Measured 2026-12-05 (Xeon, AVX2 forced, HumanEval,
+# the held-out prompts of results/perf/xeon-2026-12-05h): (1,2,1,t7,cap6,pl10) screened 9.7% behind
+# (1,2,1,t7,cap11,pl10) and missed the final, where it would have been predicted 0.7% ahead with 7.1
+# tokens a step against 9.1; on the 16 measured prompts it priced 1.71x against 1.68x at the same curve.
+SCREEN_MARGIN = 0.25
 # Finalists predicted within this fraction of the best are a tie, and the tie goes to the one feeding the
 # fewest tokens a step. Why: a prediction is S on two prompts times one latency curve, and both move
 # more than that. On the EPYC the cost of a 12-token step drifted from 1.27x to 1.63x t(1) between two
@@ -225,16 +234,30 @@ def autotune(
                                          corpus)}
         for c in shapes
     ]
-    best_screened = sorted(screen, key=lambda r: -r["predicted"])[:finalists]
     final = [
         {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, {k: r[k] for k in SHAPE},
                                         corpus)}
-        for r in best_screened
+        for r in pick_finalists(screen, finalists)
     ]
     best = choose(final)
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
                  cache_len=cache_len, corpus=corpus)
+
+
+def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_MARGIN) -> list[dict[str, Any]]:
+    """The ``n`` screening rows to run at full length (see SCREEN_MARGIN), best predicted first: the
+    frontier rows within ``margin`` of the best, then the best of the others."""
+    ranked = sorted(screen, key=lambda r: -r["predicted"])
+    floor = (1 - margin) * ranked[0]["predicted"]
+
+    def dominated(r: dict[str, Any]) -> bool:
+        return any(o["predicted"] >= r["predicted"] and o["k_mean"] <= r["k_mean"]
+                   and (o["predicted"], o["k_mean"]) != (r["predicted"], r["k_mean"]) for o in screen)
+
+    picked = [r for r in ranked if r["predicted"] >= floor and not dominated(r)][:n]
+    picked += [r for r in ranked if all(r is not p for p in picked)][:n - len(picked)]
+    return sorted(picked, key=lambda r: -r["predicted"])
 
 
 def choose(rows: list[dict[str, Any]], tie: float = TIE) -> dict[str, Any]:

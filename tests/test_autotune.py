@@ -8,6 +8,7 @@ import pytest
 from decoders import build_decoder
 from decoders.autotune import (
     CANDIDATES, LATENCY_KS, TIE, autotune, choose, calibration_cache_len, interp_latency, latency_curve, latency_curves,
+    pick_finalists,
 )
 from decoders.lookahead import SHAPE
 from tiny import tiny_backend
@@ -59,13 +60,26 @@ def test_autotune_maximises_predicted_speedup(tiny):
     assert {(r["tokens"], r["prompts"]) for r in screen} == {(12, 1)} and {(r["tokens"], r["prompts"]) for r in final} == {(24, 2)}
     for row in tuned.calibration:
         assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
-    # the finalists are the best screened, and the choice is the best finalist
-    top = sorted(screen, key=lambda r: -r["predicted"])[:3]
-    assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in top]
+    # the finalists are picked from the screening rows (see test_finalists_...), and the choice is the best finalist
+    assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in pick_finalists(screen, 3)]
     best = choose(final)
     assert all(tuned.params[k] == best[k] for k in SHAPE)
     assert tuned.predicted == best["predicted"]
     assert best["predicted"] >= (1 - TIE) * max(r["predicted"] for r in final)
+
+
+def test_finalists_keep_a_smaller_step_that_screened_close_behind():
+    # -05h's screening, rounded: one prompt-lookup chain with three caps led, a 7-token shape 10% behind
+    rows = [{"name": n, "predicted": p, "k_mean": k} for n, p, k in (
+        ("cap11", 3.57, 8.4), ("cap12", 3.49, 9.0), ("t10", 3.43, 9.4), ("nocap", 3.33, 9.7),
+        ("cap6", 3.22, 7.0), ("t7", 3.13, 7.8), ("pl5", 2.78, 5.3), ("tiny", 1.97, 4.8))]
+    names = [r["name"] for r in pick_finalists(rows, 4)]
+    # the frontier within 25% of the best (cap11, cap6, pl5; tiny is 45% behind), then the best of the rest
+    assert names == ["cap11", "cap12", "cap6", "pl5"]
+    assert [r["name"] for r in pick_finalists(rows, 2)] == ["cap11", "cap6"]
+    assert [r["name"] for r in pick_finalists(rows, 4, margin=0.6)] == ["cap11", "cap6", "pl5", "tiny"]
+    assert [r["name"] for r in pick_finalists(rows, 4, margin=0.0)] == ["cap11", "cap12", "t10", "nocap"]
+    assert [r["name"] for r in pick_finalists(rows[:1], 4)] == ["cap11"]
 
 
 def test_choose_gives_near_ties_to_the_smaller_step():
