@@ -8,7 +8,7 @@ latency curve t(k) on the backend after as many cache entries as the calibration
 measured on a short cache undercharges large steps on long prompts), run each candidate on calibration prompts (greedy; a short screening
 run of every candidate, then a few at the job's length, see SCREEN_TOKENS), and predict its
 speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best (of near-ties, the one
-feeding the fewest tokens a step: see TIE). Why the sum and not
+that loses least when extra rows turn dear: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
 CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
 reported beside what the full run then measures.
@@ -51,16 +51,22 @@ FINALISTS = 4
 # (1,2,1,t7,cap11,pl10) and missed the final, where it would have been predicted 0.7% ahead with 7.1
 # tokens a step against 9.1; on the 16 measured prompts it priced 1.71x against 1.68x at the same curve.
 SCREEN_MARGIN = 0.25
-# Finalists predicted within this fraction of the best are a tie, and the tie goes to the one feeding the
-# fewest tokens a step. Why: a prediction is S on two prompts times one latency curve, and both move
-# more than that. On the EPYC the cost of a 12-token step drifted from 1.27x to 1.63x t(1) between two
+# Finalists predicted within this fraction of the best are a tie, and the tie goes to the one predicted
+# best at a dearer curve: each step's cost over t(1) times DEAR. Why: a prediction is S on a few prompts
+# times one latency curve, and both move more than that. On the EPYC the cost of a 12-token step drifted from 1.27x to 1.63x t(1) between two
 # curves minutes apart (the VM's memory bandwidth swings, and extra rows cost compute that a faster
 # memory does not hide), and a shape's S differs between calibration and measured prompts. A smaller
 # step loses less when rows turn dear. Measured 2026-12-02 (AVX-512, 3 rounds): picks made on a 1-3%
 # margin ran HumanEval at 2.66x `ar` (pld 2.78x) with (1,2,1,t7,cap12,pl10), 9.1 tokens a step, where
 # the cap-6 shape 1% behind had run 2.11x against pld's 2.05x in the run before; GSM8K 1.13x (pld 1.16x)
-# with (1,3,1,t10) where (1,2,3,t7,cap6), 3.5% behind, ran 1.51x (pld 1.34x).
+# with (1,3,1,t10) where (1,2,3,t7,cap6), 3.5% behind, ran 1.51x (pld 1.34x). Until 2026-12-05 the tie
+# went to the fewest tokens a step, which also took shapes that save a few rows by drafting less: on the
+# Xeon (AVX-512, MT-Bench, results/perf/xeon-2026-12-05i) plain (1,3,1), 4.3 tokens a step and S 1.41,
+# 3.5% behind (1,3,1,t7,cap6,pl5) at 4.9 tokens and S 1.50, ran 1.46x `ar` and tied `pld`. The dear
+# curve weighs the rows a shape saves against the tokens it gives up.
 TIE = 0.05
+# 2: the EPYC's 12-token step above went from 0.27 to 0.63 t(1) over a 1-token one (2.3x)
+DEAR = 2.0
 # fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
 # another tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
@@ -191,7 +197,13 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
         steps += r.steps
         fed += r.input_tokens
     return {**shape, "S": tokens / steps, "k_mean": sum(fed) / steps, "tokens": max_new_tokens,
-            "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve)}
+            "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve),
+            "predicted_dear": predicted_speedup(tokens, fed, dear_curve(curve))}
+
+
+def dear_curve(curve: dict[int, float], factor: float = DEAR) -> dict[int, float]:
+    """``curve`` with each step's cost over a 1-token step multiplied by ``factor`` (see TIE)."""
+    return {k: curve[1] + factor * (t - curve[1]) for k, t in curve.items()}
 
 
 def predicted_speedup(tokens: int, fed: list[int], curve: dict[int, float]) -> float:
@@ -261,11 +273,11 @@ def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_
 
 
 def choose(rows: list[dict[str, Any]], tie: float = TIE) -> dict[str, Any]:
-    """The calibration row to keep: of those predicted within ``tie`` of the best, the one with the
-    fewest tokens a step (then the best predicted)."""
+    """The calibration row to keep: of those predicted within ``tie`` of the best, the one predicted
+    best at the dear curve (then the best predicted)."""
     top = max(r["predicted"] for r in rows)
     near = [r for r in rows if r["predicted"] >= (1 - tie) * top]
-    return min(near, key=lambda r: (r["k_mean"], -r["predicted"]))
+    return max(near, key=lambda r: (r["predicted_dear"], r["predicted"]))
 
 
 class AutoTunedLookahead(LookaheadDecoder):
