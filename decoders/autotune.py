@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from harness.runtime.backend import Backend
 
 # Calibration is two rounds. Screening: every candidate on the first prompt for SCREEN_TOKENS tokens.
-# Final: FINALISTS of them (see finalists) on every calibration prompt for the job's own length. Why the
+# Final: FINALISTS of them (see SCREEN_MARGIN) on every calibration prompt for the job's own length. Why the
 # long final round: S rises over a generation as the pool fills with the answer's own n-grams, and not
 # alike for every candidate, so a short run alone mis-ranks them; screening keeps the long runs to a few.
 SCREEN_TOKENS = 96
@@ -53,10 +53,10 @@ FINALISTS = 4
 SCREEN_MARGIN = 0.25
 # Finalists predicted within this fraction of the best are a tie, and the tie goes to the one predicted
 # best at a dearer curve: each step's cost over t(1) times DEAR. Why: a prediction is S on a few prompts
-# times one latency curve, and both move more than that. On the EPYC the cost of a 12-token step drifted from 1.27x to 1.63x t(1) between two
-# curves minutes apart (the VM's memory bandwidth swings, and extra rows cost compute that a faster
-# memory does not hide), and a shape's S differs between calibration and measured prompts. A smaller
-# step loses less when rows turn dear. Measured 2026-12-02 (AVX-512, 3 rounds): picks made on a 1-3%
+# times one latency curve, and both move more than that. On the EPYC the cost of a 12-token step
+# drifted from 1.27x to 1.63x t(1) between two curves minutes apart (the VM's memory bandwidth swings,
+# and extra rows cost compute that a faster memory does not hide), and a shape's S differs between
+# calibration and measured prompts. A smaller step loses less when rows turn dear. Measured 2026-12-02 (AVX-512, 3 rounds): picks made on a 1-3%
 # margin ran HumanEval at 2.66x `ar` (pld 2.78x) with (1,2,1,t7,cap12,pl10), 9.1 tokens a step, where
 # the cap-6 shape 1% behind had run 2.11x against pld's 2.05x in the run before; GSM8K 1.13x (pld 1.16x)
 # with (1,3,1,t10) where (1,2,3,t7,cap6), 3.5% behind, ran 1.51x (pld 1.34x). Until 2026-12-05 the tie
