@@ -56,14 +56,15 @@ SCREEN_MARGIN = 0.25
 # times one latency curve, and both move more than that. On the EPYC the cost of a 12-token step
 # drifted from 1.27x to 1.63x t(1) between two curves minutes apart (the VM's memory bandwidth swings,
 # and extra rows cost compute that a faster memory does not hide), and a shape's S differs between
-# calibration and measured prompts. A smaller step loses less when rows turn dear. Measured 2026-12-02 (AVX-512, 3 rounds): picks made on a 1-3%
-# margin ran HumanEval at 2.66x `ar` (pld 2.78x) with (1,2,1,t7,cap12,pl10), 9.1 tokens a step, where
-# the cap-6 shape 1% behind had run 2.11x against pld's 2.05x in the run before; GSM8K 1.13x (pld 1.16x)
-# with (1,3,1,t10) where (1,2,3,t7,cap6), 3.5% behind, ran 1.51x (pld 1.34x). Until 2026-12-05 the tie
-# went to the fewest tokens a step, which also took shapes that save a few rows by drafting less: on the
-# Xeon (AVX-512, MT-Bench, results/perf/xeon-2026-12-05i) plain (1,3,1), 4.3 tokens a step and S 1.41,
-# 3.5% behind (1,3,1,t7,cap6,pl5) at 4.9 tokens and S 1.50, ran 1.46x `ar` and tied `pld`. The dear
-# curve weighs the rows a shape saves against the tokens it gives up.
+# calibration and measured prompts. A smaller step loses less when rows turn dear. Measured 2026-12-02
+# (AVX-512, 3 rounds): picks made on a 1-3% margin ran HumanEval at 2.66x `ar` (pld 2.78x) with
+# (1,2,1,t7,cap12,pl10), 9.1 tokens a step, where the cap-6 shape 1% behind had run 2.11x against pld's
+# 2.05x in the run before; GSM8K 1.13x (pld 1.16x) with (1,3,1,t10) where (1,2,3,t7,cap6), 3.5% behind,
+# ran 1.51x (pld 1.34x). Until 2026-12-05 the tie went to the fewest tokens a step, which also took
+# shapes that save a few rows by drafting less: on the Xeon (AVX-512, MT-Bench,
+# results/perf/xeon-2026-12-05i) plain (1,3,1), 4.3 tokens a step and S 1.41, 3.5% behind
+# (1,3,1,t7,cap6,pl5) at 4.9 tokens and S 1.50, ran 1.46x `ar` and tied `pld`. The dear curve weighs the
+# rows a shape saves against the tokens it gives up.
 TIE = 0.05
 # 2: the EPYC's 12-token step above went from 0.27 to 0.63 t(1) over a 1-token one (2.3x)
 DEAR = 2.0
