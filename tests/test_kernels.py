@@ -175,6 +175,7 @@ def test_describe(mod):
     expected = EXPECTED_ISA.get(info.variant) or ("NEON" if platform.machine().lower() in ("aarch64", "arm64")
                                                   else "DEFAULT")
     assert info.isa == expected
+    assert info.openmp == bool(K.openmp_flags()[0])  # built with OpenMP exactly where its flags ask for it
     assert str(info) == K.describe(mod) == f"kernel {info.variant}"
     assert K.describe(mod, torch.bfloat16) == f"kernel {info.variant} bfloat16"
     assert K.describe(None) == "library matmuls" and K.kernel_info(None) is None
@@ -305,7 +306,7 @@ def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
     class Fake:
         @staticmethod
         def info():
-            return {"isa": "DEFAULT", "vector_floats": 8, "block": 64}
+            return {"isa": "DEFAULT", "vector_floats": 8, "block": 64, "openmp": True}
 
     def fake_load(variant, directory, source_dir=None, tile_6x4=False):
         calls.append(directory.exists())

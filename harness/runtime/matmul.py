@@ -249,5 +249,7 @@ def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtyp
         info = kernel.kernel_info
         pages = f", {huge_bytes / 1e6:.0f} MB in 2 MB pages" if huge_bytes else ""
         tiles = ", 6x64 tiles at 3-6 rows" if info.tile_6x4 and not bf16_weights else ""
-        return f"kernel {info.variant} ({info.isa}{tiles}) {'bfloat16' if bf16_weights else 'float32'} weights{pages}"
+        threads = "" if info.openmp else ", one thread: built without OpenMP"
+        return (f"kernel {info.variant} ({info.isa}{tiles}{threads}) {'bfloat16' if bf16_weights else 'float32'} "
+                f"weights{pages}")
     return f"{'oneDNN packed' if pack else 'F.linear'} {name}{' (weights rounded to bfloat16)' if bf16_weights else ''}"

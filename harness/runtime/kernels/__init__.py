@@ -21,7 +21,7 @@ weights are widened to float32 in registers. ``info()`` says what the build comp
 
 Building: on first use with torch's C++ extension loader (~30-60 s per variant), cached under
 ``$XDG_CACHE_HOME/lookahead-bench/kernels/<variant>-<hash>`` (default ``~/.cache``), the hash covering
-the source text, the flags, torch's and Python's versions. Builds are serialized by an ``fcntl.flock``
+the source text, the flags (OpenMP's per platform: :mod:`.flags`), torch's and Python's versions. Builds are serialized by an ``fcntl.flock``
 lock (released by the OS when a process dies, so never stale) with a timeout; under it a leftover
 torch ``lock`` file (a killed build's, on which torch would wait forever) is removed. A corrupt cached
 build is deleted and rebuilt once: one whose library differs from the sha256 recorded after it last
@@ -46,6 +46,7 @@ from types import ModuleType
 import torch
 
 from harness.runtime.kernels.cache import Flock, FlockTimeout, cached_build_ok, module_name, record_good_build
+from harness.runtime.kernels.flags import COMMON_CFLAGS, OTHER_VARIANTS, X86_VARIANTS, openmp_flags
 
 #: The extension's sources: the matmul kernel (which holds the module definition), the fused layer ops,
 #: the decoding steps' attention and the whole layer in one call.
@@ -63,26 +64,6 @@ def sources(source_dir: Path | None = None) -> tuple[Path, ...]:
         raise FileNotFoundError(f"kernel sources missing: {', '.join(missing)} (copy them from {SOURCES[0].parent})")
     return found
 
-# flags common to every variant: no -ffast-math, and no contraction of a * b + c behind our back (the
-# explicit fmadd is an intrinsic where the ISA has FMA; the generic fallback stays mul-then-add)
-COMMON_CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math")
-LDFLAGS = ("-fopenmp",)
-
-# variant -> (compiler flags, /proc/cpuinfo flags the CPU needs); preference order on x86
-X86_VARIANTS: dict[str, tuple[list[str], set[str]]] = {
-    "avx512": (["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
-                "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"],
-               {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}),
-    "avx2": (["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"], {"avx2", "fma"}),
-    "baseline": (["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"], set()),
-}
-# elsewhere only the default build: NEON on aarch64, the generic arrays (or the compiler's default
-# target) on other architectures
-OTHER_VARIANTS: dict[str, tuple[list[str], set[str]]] = {
-    "baseline": (["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"], set()),
-}
-
-
 
 @dataclass(frozen=True)
 class KernelInfo:
@@ -94,6 +75,7 @@ class KernelInfo:
     block: int  # output columns per block (a thread's unit of work)
     build_dir: str
     tile_6x4: bool = False  # avx512: float32 3-6 rows as 6 x 64-column tiles (see prefers_6x4_tile)
+    openmp: bool = True  # built with OpenMP: blocks spread over torch's threads (else one thread; see flags)
 
     def describe(self, weights: torch.dtype | str | None = None) -> str:
         """``kernel avx2`` or, given the packed weights' dtype, ``kernel avx2 bfloat16``."""
@@ -222,14 +204,20 @@ def _tile_6x4(variant: str, tile_6x4: bool | None) -> bool:
 
 def build_flags(variant: str, tile_6x4: bool | None = None) -> list[str]:
     """The compiler flags of ``variant`` (besides torch's own); ``tile_6x4``: see :func:`prefers_6x4_tile`."""
-    return [*COMMON_CFLAGS, *_variants()[variant][0], *(["-DSG_F32_TILE_6X4"] if _tile_6x4(variant, tile_6x4) else [])]
+    return [*COMMON_CFLAGS, *openmp_flags()[0], *_variants()[variant][0],
+            *(["-DSG_F32_TILE_6X4"] if _tile_6x4(variant, tile_6x4) else [])]
+
+
+def link_flags() -> list[str]:
+    """The linker flags of every variant (besides torch's own): OpenMP's, see :mod:`.flags`."""
+    return openmp_flags()[1]
 
 
 def build_key(variant: str, source_dir: Path | None = None, tile_6x4: bool | None = None) -> str:
     """``<variant>-<hash>``: the build directory's name, the hash over everything the binary depends on."""
     h = hashlib.sha256()
     texts = [src.read_bytes() for src in sources(source_dir)]
-    for part in (*texts, "\0".join(build_flags(variant, tile_6x4)).encode(), "\0".join(LDFLAGS).encode(),
+    for part in (*texts, "\0".join(build_flags(variant, tile_6x4)).encode(), "\0".join(link_flags()).encode(),
                  torch.__version__.encode(), sys.version.encode(), platform.machine().encode()):
         h.update(part)
         h.update(b"\1")
@@ -268,7 +256,7 @@ def _torch_load(variant: str, directory: Path, source_dir: Path | None = None, t
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
         name=name, sources=[str(src) for src in sources(source_dir)], extra_cflags=build_flags(variant, tile_6x4),
-        extra_ldflags=list(LDFLAGS),  # a copy: torch appends to it
+        extra_ldflags=link_flags(),  # a new list: torch appends to it
         build_directory=str(directory), verbose=False,
     )
 
@@ -309,7 +297,7 @@ def _build(variant: str, timeout_s: float, source_dir: Path | None = None, tile_
     info = module.info()
     module.kernel_info = KernelInfo(variant=variant, isa=str(info["isa"]), vector_floats=int(info["vector_floats"]),
                                     block=int(info["block"]), build_dir=str(directory),
-                                    tile_6x4="float32_tile" in info)
+                                    tile_6x4="float32_tile" in info, openmp=bool(info["openmp"]))
     return module
 
 

@@ -518,6 +518,11 @@ pybind11::dict info() {
   d["prefetch_bytes"] = PREFETCH_BYTES;
   d["prefetch_bf16_row_bytes"] = PREFETCH_BF16_ROW ? PREFETCH_ROW_BYTES : 0;
   d["work_split"] = "a run of blocks per thread, the rest taken from the back";
+#ifdef _OPENMP
+  d["openmp"] = true;  // at::parallel_for runs on torch's threads
+#else
+  d["openmp"] = false;  // at::parallel_for runs the whole range on the calling thread (see flags.py)
+#endif
   d["bf16_row_blocks"] = TWO_BLOCKS<bf16> ? 2 : 1;  // blocks a 1-row bfloat16 tile spans
   d["k_chunk"] = KC;  // k rows per turn of block_chunked's row tiles
   d["chunked_row_tiles"] = pybind11::make_tuple(CHUNK_TILES<float>, CHUNK_TILES<bf16>);  // at most: float32, bf16
