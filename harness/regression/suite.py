@@ -144,16 +144,20 @@ def run_suite(
         ],
         "configs": {},
     }
-    corpus = None
+    from decoders.base import token_hash
+
+    corpus = None  # ar's answers: from the ar config where it ran first, else decoded for the corpus config
     for cfg in configs:
         dec = cfg.build()
         if dict(cfg.params).get("pool_from_corpus"):
             corpus = corpus if corpus is not None else corpus_answers(backend, prompts, max_new_tokens)
             dec.corpus = corpus
+        answers: dict[str, list[int]] = {}
         t0 = time.perf_counter()
         tasks: dict[str, Any] = {}
         for p in prompts:
             res, m = measure(dec, backend, list(p.token_ids), max_new_tokens)
+            answers[token_hash(list(p.token_ids))] = res.tokens
             agg = tasks.setdefault(p.task, {"tokens": 0, "steps": 0, "S": 0.0, "prompts": {}})
             agg["prompts"][p.id] = {
                 "tokens": m["new_tokens"], "steps": m["steps"], "S": round(res.compression, 6),
@@ -164,6 +168,8 @@ def run_suite(
         for agg in tasks.values():
             agg["S"] = round(compression(agg["tokens"], agg["steps"]), 6)
         out["configs"][cfg.label] = {"decoder": cfg.decoder, "params": dict(dec.params), "tasks": tasks}
+        if cfg.decoder == "ar" and corpus is None:
+            corpus = answers
         if log is not None:
             log(f"  {cfg.label:<48} {len(prompts)} prompts in {time.perf_counter() - t0:6.1f}s")
     return out
