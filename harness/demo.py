@@ -10,6 +10,11 @@ speed drifts by 2x within minutes, and a decoder timed once, after the others, t
 speedup or loss.
 
     python -m harness.demo [--model smollm2] [--dtype float32|bf16w] [--max-new-tokens 96] [--repeats 3]
+                           [--matmul auto|library|avx512|avx2|baseline]
+
+With AVX2 forced on an AVX-512 machine (the kernel and torch's libraries alike), as most users' CPUs run:
+
+    ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 python -m harness.demo --matmul avx2
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from decoders.autotune import autotune, latency_curve
 from decoders.lookahead import SHAPE, shape_label
 from harness.cli_args import positive_int
 from harness.runtime.kernels import cpu_identity, cpu_line
-from harness.runtime.matmul import rotated
+from harness.runtime.matmul import MATMUL_CHOICES, rotated
 
 BUILTIN_PROMPTS = {
     "chat": "Give me three tips for staying focused while studying, with one sentence each.",
@@ -64,12 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bf16w", "bfloat16"])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
+                    help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
     ap.add_argument("--max-new-tokens", type=positive_int, default=96)
     ap.add_argument("--repeats", type=positive_int, default=3, help="interleaved timing rounds (medians)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    backend = load_backend(args.model, dtype=args.dtype, device=args.device)
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, matmul=args.matmul)
     print("\n".join(cpu_lines(cpu_line(cpu_identity()))))
     if backend.gpu_name:
         import torch

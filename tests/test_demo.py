@@ -9,11 +9,14 @@ from harness.demo import BUILTIN_PROMPTS, cpu_lines, main
 
 
 def test_demo_runs_exact_and_fits_100_columns(capsys):
-    main(["--max-new-tokens", "8"])
+    from harness.runtime.kernels import best_variant
+
+    variant = best_variant()  # named, as `--matmul avx2` forces AVX2 on an AVX-512 machine
+    main(["--max-new-tokens", "8", "--matmul", variant])
     lines = capsys.readouterr().out.splitlines()
     first = next(i for i, ln in enumerate(lines) if not ln.startswith(("cpu: ", "     ")))  # the CPU may wrap
     assert lines[0].startswith("cpu: ") and "torch " in " ".join(lines[:first])
-    assert lines[first].startswith("matmuls: ")
+    assert lines[first].startswith(f"matmuls: kernel {variant} (")
     assert any("auto-tuned lookahead (" in ln for ln in lines)
     assert any("medians of 3 interleaved rounds" in ln for ln in lines)
     rows = [ln for ln in lines if ln.split() and ln.split()[0] in BUILTIN_PROMPTS]
@@ -48,3 +51,9 @@ def test_demo_rejects_zero_counts_before_loading(option, capsys):
     with pytest.raises(SystemExit):
         main([option, "0"])
     assert "expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_demo_rejects_an_unknown_matmul_before_loading(capsys):
+    with pytest.raises(SystemExit):
+        main(["--matmul", "sse9"])
+    assert "invalid choice: 'sse9'" in capsys.readouterr().err
