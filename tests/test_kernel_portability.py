@@ -23,7 +23,7 @@ def test_openmp_flags_per_platform(tmp_path):
     assert K.openmp_flags("Darwin", [str(tmp_path), str(include)], "/torch/lib") == ([], [])
     (include / "omp.h").write_text("")
     assert K.openmp_flags("Darwin", [str(tmp_path), str(include)], "/torch/lib") == (
-        ["-Xclang", "-fopenmp"], ["-L/torch/lib", "-lomp"])
+        ["-Xclang", "-fopenmp"], ["-L/torch/lib", "-lomp", "-Wl,-rpath,/torch/lib"])
     flags = K.build_flags("baseline")
     assert all(f in flags for f in K.openmp_flags()[0]) and K.link_flags() == K.openmp_flags()[1]
 

@@ -49,5 +49,5 @@ def openmp_flags(system: str | None = None, include_dirs: Sequence[str] | None =
         include_dirs = cpp_extension.include_paths() if include_dirs is None else include_dirs
         lib_dir = cpp_extension.library_paths()[0] if lib_dir is None else lib_dir
     if any((Path(d) / "omp.h").is_file() for d in include_dirs):
-        return ["-Xclang", "-fopenmp"], [f"-L{lib_dir}", "-lomp"]
+        return ["-Xclang", "-fopenmp"], [f"-L{lib_dir}", "-lomp", f"-Wl,-rpath,{lib_dir}"]
     return [], []
