@@ -182,6 +182,13 @@ inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe, int64_t bst
 // 0.57x) and 0.61-0.74x without (median 0.66x). So does the AVX-512 build: on the EPYC it showed no
 // consistent effect there (0.53-0.90x against 0.57-0.64x in six pairs), on a Xeon with AMX (2026-12-02,
 // `kernels.bench --against`, 4 interleaved runs) it put the 1-row bf16 matmuls at 0.88-0.93x.
+// 2-row tiles of 4 stripes (AVX-512's NS2) prefetch too, float32 and bfloat16: without, a 2-token step's
+// matmuls cost 1.04-1.07x (float32) and 1.10-1.19x (bf16) a 1-token one's, and every no-draft step of
+// lookahead's (1,2,1) shapes has 2 tokens. On the Xeon with AMX (2026-12-05, `kernels.bench --rows 1 2 3
+// --against`, min of 15-21 interleaved reps, 25 GB/s) a forward's 2-row bf16 matmuls ran 0.85-0.91x of an
+// unedited copy's (five runs) and float32 0.91-0.97x (three); 1 and 3 rows unchanged. Spanning two blocks,
+// as 1-row bf16 tiles do, gained nothing alone and nothing over the prefetch. AVX2's 2-row tiles (2
+// stripes) already prefetched in bf16 and stay without in float32. Not measured on an AMD CPU.
 constexpr int64_t PREFETCH_BYTES = 2048;
 // ... but 1-row bfloat16 tiles prefetch only PREFETCH_ROW_BYTES ahead: on Zen 4 (EPYC family 25 model
 // 17, 2026-12-04, `kernels.bench --rows 1 --dtypes bf16 --against`, min of 21-31 interleaved reps, eight
@@ -238,7 +245,7 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
   constexpr int64_t U = UW<T>, NST = NS * SW / U;  // stored stripes of the tile
   const int64_t stripe = K * U;
   constexpr bool PREFETCH =
-      (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2);
+      (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT <= 2 && sizeof(T) == 2) || (MT == 2 && NS > 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     for (int64_t k = k0; k < k1; ++k) {
