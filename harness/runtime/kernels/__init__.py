@@ -20,15 +20,15 @@ then ``linear(x, packed, n_out)`` per call on contiguous float32 ``x`` [rows, in
 weights are widened to float32 in registers. ``info()`` says what the build compiled to.
 
 Building: on first use with torch's C++ extension loader (~30-60 s per variant), cached under
-``$XDG_CACHE_HOME/lookahead-bench/kernels/<variant>-<hash>`` (default ``~/.cache``), the hash covering
-the source text, the flags (OpenMP's per platform: :mod:`.flags`), torch's and Python's versions. Builds are serialized by an ``fcntl.flock``
-lock (released by the OS when a process dies, so never stale) with a timeout; under it a leftover
-torch ``lock`` file (a killed build's, on which torch would wait forever) is removed. A corrupt cached
-build is deleted and rebuilt once: one whose library differs from the sha256 recorded after it last
-imported, or (none recorded) whose ELF headers reach past its end (a truncated library passes dlopen
-and dies of SIGBUS later), or that fails to import. Where no kernel can be had (no compiler, a
-timeout), :func:`load_small_gemm` returns None after one line on stderr, and the backend keeps library
-matmuls. :func:`describe` gives the manifests' ``kernel avx2`` (or ``library matmuls``).
+``$XDG_CACHE_HOME/lookahead-bench/kernels/<variant>-<hash>`` (default ``~/.cache``), the hash covering the
+source text, the flags (OpenMP's per platform: :mod:`.flags`), torch's and Python's versions. Builds are
+serialized by an ``fcntl.flock`` lock (released by the OS when a process dies, so never stale) with a
+timeout; under it a leftover torch ``lock`` file (a killed build's, on which torch would wait forever) is
+removed. A corrupt cached build is deleted and rebuilt once: one whose library differs from the sha256
+recorded after it last imported, or (none recorded) whose ELF headers reach past its end (a truncated
+library passes dlopen and dies of SIGBUS later), or that fails to import. Where no kernel can be had (no
+compiler, a timeout), :func:`load_small_gemm` returns None after one line on stderr, and the backend keeps
+library matmuls. :func:`describe` gives the manifests' ``kernel avx2`` (or ``library matmuls``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ loader's baseline build would there (OpenMP on, through Apple clang's ``-Xclang 
 assembly with zig's clang (``pip install ziglang``, which carries every target's C and C++ headers) and
 checks what came out: the ISA the build names (``info()["isa"]``), the vector FMAs in the matmul and its
 OpenMP parallel regions (``at::parallel_for`` compiled to threads, not to one serial call).
-Compile only: nothing is linked or run, and torch's headers are this (x86) install's, the same text an
-aarch64 wheel ships. ``omp.h`` comes from a stub declaring the two OpenMP calls torch's headers make
-(torch's macOS wheels ship the real one in ``torch/include``).
+Compile only: nothing is linked or run, and torch's headers are this (x86) install's, not an aarch64
+wheel's. ``omp.h`` comes from a stub declaring the two OpenMP calls torch's headers make (torch's macOS
+wheels ship the real one in ``torch/include``).
 
     python -m harness.runtime.kernels.cross_compile [--targets aarch64-linux-gnu aarch64-macos] [--out DIR]
 """

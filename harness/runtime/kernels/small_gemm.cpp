@@ -185,8 +185,8 @@ inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe, int64_t bst
 // 2-row tiles of 4 stripes (AVX-512's NS2) prefetch too, float32 and bfloat16: without, a 2-token step's
 // matmuls cost 1.04-1.07x (float32) and 1.10-1.19x (bf16) a 1-token one's, and every no-draft step of
 // lookahead's (1,2,1) shapes has 2 tokens. On the Xeon with AMX (2026-12-05, `kernels.bench --rows 1 2 3
-// --against`, min of 15-21 interleaved reps, 25 GB/s) a forward's 2-row bf16 matmuls ran 0.85-0.91x of an
-// unedited copy's (five runs) and float32 0.91-0.97x (three); 1 and 3 rows unchanged. Spanning two blocks,
+// --against`, min of 15-21 interleaved reps, 25 GB/s) a forward's 2-row bf16 matmuls ran 0.83-0.93x of an
+// unedited copy's (seven runs) and float32 0.91-0.97x (four); 1 and 3 rows unchanged. Spanning two blocks,
 // as 1-row bf16 tiles do, gained nothing alone and nothing over the prefetch. AVX2's 2-row tiles (2
 // stripes) already prefetched in bf16 and stay without in float32. Not measured on an AMD CPU.
 constexpr int64_t PREFETCH_BYTES = 2048;
