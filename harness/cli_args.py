@@ -1,6 +1,6 @@
 """Argument types of the harness's command-line scripts (`perf`, `demo`): each turns a typed value into the
 Python one, or into argparse's one-line error that says what was expected, so a mistyped option stops the
-script before it loads a model."""
+script before it loads a model; and the options both scripts take."""
 
 from __future__ import annotations
 
@@ -33,3 +33,11 @@ def parse_pld(text: str) -> tuple[int, int]:
     if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
         raise argparse.ArgumentTypeError(f"expected MAX_NGRAM,NUM_PRED as two integers >= 1, e.g. 6,10; got {text!r}")
     return int(parts[0]), int(parts[1])
+
+
+def add_matmul_option(ap: argparse.ArgumentParser) -> None:
+    """``--matmul``: the matmul path, or a kernel variant to force (``avx2`` on an AVX-512 CPU)."""
+    from harness.runtime.matmul import MATMUL_CHOICES
+
+    ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
+                    help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")

@@ -27,9 +27,9 @@ import time
 from decoders import build_decoder
 from decoders.autotune import autotune, latency_curve
 from decoders.lookahead import SHAPE, shape_label
-from harness.cli_args import positive_int
+from harness.cli_args import add_matmul_option, positive_int
 from harness.runtime.kernels import cpu_identity, cpu_line
-from harness.runtime.matmul import MATMUL_CHOICES, rotated
+from harness.runtime.matmul import rotated
 
 BUILTIN_PROMPTS = {
     "chat": "Give me three tips for staying focused while studying, with one sentence each.",
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bf16w", "bfloat16"])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
-                    help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
+    add_matmul_option(ap)
     ap.add_argument("--max-new-tokens", type=positive_int, default=96)
     ap.add_argument("--repeats", type=positive_int, default=3, help="interleaved timing rounds (medians)")
     args = ap.parse_args(argv)

@@ -57,14 +57,14 @@ from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import against_reference
 from harness.analysis.io import to_markdown
 from harness.analysis.steps import steps_by_size
-from harness.cli_args import parse_pld, parse_shape, positive_int
+from harness.cli_args import add_matmul_option, parse_pld, parse_shape, positive_int
 from harness.memory_bound import memory_floor_line, memory_rounds
 from harness.perf_methods import Method, hf_bfloat16, ours, transformers_generate
 from harness.records import compression
 from harness.runtime.kernels import cpu_identity, cpu_line
 from harness.runtime.layer_ops import ATTN_CHOICES
 from harness.runtime.loading import DTYPES
-from harness.runtime.matmul import MATMUL_CHOICES, rotated
+from harness.runtime.matmul import rotated
 from tasks.data import SHARED_DATA_DIR
 
 
@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dtype", nargs="+", default=["float32", "bf16w"], choices=sorted(DTYPES),
                     help="weight modes, all loaded at once (their latency curves are measured interleaved)")
-    ap.add_argument("--matmul", default="auto", choices=MATMUL_CHOICES,
-                    help="matmul path: auto, library, or a kernel variant to force (e.g. avx2 on an AVX-512 CPU)")
+    add_matmul_option(ap)
     ap.add_argument("--attn", default="auto", choices=ATTN_CHOICES,
                     help="attention: auto (our kernel's where it runs), kernel, sdpa or eager")
     ap.add_argument("--device", default="cpu")
