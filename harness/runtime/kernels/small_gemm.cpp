@@ -244,8 +244,8 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
       for (int v = 0; v < SV; ++v) acc[m][s][v] = k0 == 0 ? Vec(0.f) : Vec::loadu(y + m * ldy + s * SW + v * VS);
   constexpr int64_t U = UW<T>, NST = NS * SW / U;  // stored stripes of the tile
   const int64_t stripe = K * U;
-  constexpr bool PREFETCH =
-      (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) || (PREFETCH_BF16_ROW && MT <= 2 && sizeof(T) == 2) || (MT == 2 && NS > 2);
+  constexpr bool PREFETCH = (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) ||
+                            (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2) || (MT == 2 && NS > 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     for (int64_t k = k0; k < k1; ++k) {
