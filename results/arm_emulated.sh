@@ -8,8 +8,10 @@
 # qemu-aarch64 with binfmt_misc and mounts /proc, /dev, /sys into the root it makes):
 #   results/arm_emulated.sh [ROOT]     (ROOT: the aarch64 Debian root, default ../arm64root; kept for reruns)
 # Reruns reuse ROOT and its built kernels and copy the committed tree (git archive HEAD) in afresh.
-# Timing on 2 x86 cores: the root and its Python packages ~25 min once; the tests one to two hours (each
-# kernel build is ~3 min of emulated g++, a 1-token SmolLM2 step ~2 s, lookahead's 15-row steps far more). Never time anything on the host while it runs.
+# Timing on 2 x86 cores: the root and its Python packages ~25 min once; the kernel and tiny-model tests
+# ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's decoder tests more than 30 min (a 1-token
+# step ~2 s, lookahead's 15-row steps far more; on 2026-12-05 they stopped at a 30-min limit inside
+# lookahead). Never time anything on the host while it runs.
 #
 # torch: 2.9.1, the newest whose PyPI wheel for aarch64 Linux is a CPU build (2.13.0's pulls CUDA);
 # at::vec's NEON code is the same family of headers the pinned x86 torch compiles.
