@@ -55,6 +55,22 @@ def test_cpu_identity_names_family_model_and_isa(tmp_path, monkeypatch):
     assert line.startswith("AMD EPYC (family 25 model 17; avx2 fma avx512f; torch ") and line.endswith(" CPUs)")
 
 
+def test_cpuinfo_of_another_architecture_is_not_read(tmp_path):
+    """Under qemu-user an aarch64 process reads its x86 host's /proc/cpuinfo: that name and those flags are
+    not its CPU, so a manifest must not record them (nor an x86 process an ARM host's)."""
+    x86, arm = tmp_path / "x86", tmp_path / "arm"
+    x86.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel name\t: Xeon\n"
+                   "flags\t\t: sse2 avx2 fma avx512f\n")
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n")
+    assert K._cpuinfo(x86, machine="x86_64")["model name"] == "Xeon"
+    assert K._cpuinfo(x86, machine="aarch64") is None
+    assert K._flags_of(K._cpuinfo(arm, machine="aarch64")) == {"fp", "asimd", "sve"}
+    assert K._cpuinfo(arm, machine="x86_64") is None
+    ppc = tmp_path / "ppc"  # neither kind of fields: read as it is on its own architecture
+    ppc.write_text("processor\t: 0\ncpu\t\t: POWER9\n")
+    assert K._cpuinfo(ppc, machine="ppc64le") == {"processor": "0", "cpu": "POWER9"}
+
+
 # every variant as this CPU builds it, and avx512 with the other float32 3-6-row tile too (each CPU builds one)
 BUILDS = [(v, None) for v in KNOWN] + ([("avx512", not K.prefers_6x4_tile())] if "avx512" in KNOWN else [])
 

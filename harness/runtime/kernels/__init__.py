@@ -88,16 +88,20 @@ class KernelInfo:
         return self.describe()
 
 
-def _is_x86() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+def _is_x86(machine: str | None = None) -> bool:
+    """Whether this process (or ``machine``, a ``platform.machine()`` name) is x86."""
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
 def _variants() -> dict[str, tuple[list[str], set[str]]]:
     return X86_VARIANTS if _is_x86() else OTHER_VARIANTS
 
 
-def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str] | None:
-    """The first processor's fields in /proc/cpuinfo, None where there is none (not Linux)."""
+def _cpuinfo(path: Path = Path("/proc/cpuinfo"), machine: str | None = None) -> dict[str, str] | None:
+    """The first processor's fields in /proc/cpuinfo; None where there is none (not Linux) or where they
+    describe another architecture than this process's (``machine``: ``platform.machine()``'s). Why: under
+    user-mode emulation (qemu-user, as in results/arm_emulated.sh) an aarch64 process reads its x86 host's
+    cpuinfo, and the host's name and flags are not the CPU this process runs on."""
     try:
         text = path.read_text()
     except OSError:
@@ -108,6 +112,9 @@ def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str] | None:
             break
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
+    x86_info = "flags" in fields and "vendor_id" in fields  # aarch64's has "Features", "CPU implementer"
+    if x86_info != _is_x86(machine) and (x86_info or "Features" in fields):
+        return None
     return fields
 
 
