@@ -12,9 +12,10 @@
 # A root is complete once it exists (debootstrap fills ROOT.partial, then renames it) and its packages once
 # /opt/venv/.installed does, so a setup cut short resumes where it stopped.
 # Timing on 2 x86 cores: the root and its Python packages ~25 min once; the kernel and tiny-model tests
-# ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's decoder tests more than 30 min (a 1-token
-# step ~2 s, lookahead's 15-row steps far more; on 2026-12-05 they stopped at a 30-min limit inside
-# lookahead). Never time anything on the host while it runs.
+# ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's tests about an hour (a 1-token step ~2 s;
+# on 2026-12-05, run in parts: 2-5 min to load and decode `ar`'s references, then lookahead (5,3,5) on three
+# prompts 6.6 min, (7,5,7) 15 min, the code prompt-pool test 6.6 min). Never time anything on the host while
+# it runs.
 #
 # torch: 2.9.1, the newest whose PyPI wheel for aarch64 Linux is a CPU build (2.13.0's pulls CUDA);
 # at::vec's NEON code is the same family of headers the pinned x86 torch compiles.
