@@ -10,9 +10,10 @@
 # ROOT: the aarch64 Debian root, default ../arm64root, kept for reruns; TEST: pytest ids to run instead of
 # TESTS below. Reruns reuse ROOT and its built kernels and copy the committed tree (git archive HEAD) in afresh.
 # A root is complete once it exists (debootstrap fills ROOT.partial, then renames it) and its packages once
-# /opt/venv/.installed does, so a setup cut short resumes where it stopped.
-# Timing on 2 x86 cores: the root and its Python packages ~25 min once; the kernel and tiny-model tests
-# ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's tests about an hour (a 1-token step ~2 s;
+# /opt/venv/.installed does, so a setup cut short resumes where it stopped. ROOT's proc, dev and sys are the
+# host's, bind-mounted: `umount ROOT/proc ROOT/dev ROOT/sys` before removing ROOT.
+# Timing on 2 x86 cores: the root and its Python packages 7-25 min once (7 min on 2026-12-05); the kernel and
+# tiny-model tests ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's tests about an hour (a 1-token step ~2 s;
 # on 2026-12-05, run in parts: 2-5 min to load and decode `ar`'s references, then lookahead (5,3,5) on three
 # prompts 6.6 min, (7,5,7) 15 min, the code prompt-pool test 6.6 min). Never time anything on the host while
 # it runs.
