@@ -13,10 +13,10 @@
 # /opt/venv/.installed does, so a setup cut short resumes where it stopped. ROOT's proc, dev and sys are the
 # host's, bind-mounted: `umount ROOT/proc ROOT/dev ROOT/sys` before removing ROOT.
 # Timing on 2 x86 cores: the root and its Python packages 7-25 min once (7 min on 2026-12-05); the kernel and
-# tiny-model tests ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's tests about an hour (a 1-token step ~2 s;
-# on 2026-12-05, run in parts: 2-5 min to load and decode `ar`'s references, then lookahead (5,3,5) on three
-# prompts 6.6 min, (7,5,7) 15 min, the code prompt-pool test 6.6 min). Never time anything on the host while
-# it runs.
+# tiny-model tests ~25 min (each kernel build is ~3 min of emulated g++); SmolLM2's tests about an hour (a
+# 1-token step ~2 s; on 2026-12-05, run in parts: 2-5 min to load and decode `ar`'s references, then
+# lookahead (5,3,5) on three prompts 6.6 min, (7,5,7) 15 min, the code prompt-pool test 6.6 min). Never time
+# anything on the host while it runs.
 #
 # torch: 2.9.1, the newest whose PyPI wheel for aarch64 Linux is a CPU build (2.13.0's pulls CUDA);
 # at::vec's NEON code is the same family of headers the pinned x86 torch compiles.
