@@ -1,0 +1,170 @@
+"""Every saved ``harness.perf`` result against the CPU targets: one row per result file and weight mode.
+
+Why: the targets (issue 14) are judged on figures spread over dozens of perf runs on several machines, and
+a hand-copied table drifts from the files it quotes. This reads the JSON files ``harness.perf`` writes
+(``<out>/<kernel variant or library>/perf-<dtypes>-<tasks>.json``) and recomputes each figure from them:
+
+- ``t1/floor``: t(1) over the step's weight bytes / the read bandwidth measured in the same rounds;
+- ``bf16w/fp32``: t(1) of the bf16w mode over float32's, both from the same file (one time window);
+- ``<task> la/ar`` and ``+corpus``: the auto-tuned lookahead's speedup over our `ar` (total time, prefill
+  included, aggregate over the prompts), with prompt/output pools, and also drafting from the held-out
+  prompts' answers;
+- ``la/pld``: the smallest ratio, over the file's tasks and `pld` settings, of `pld`'s total time to the
+  auto-tuned lookahead's (the one without the corpus);
+- ``ar/generate``: the smallest ratio, over the file's tasks, of transformers' greedy ``generate`` time to our
+  `ar`'s, on the same prompts and weights.
+
+The targets were set for float32 (the reference mode) and for bf16w's t(1); a figure that meets its target
+is bold. The kernel variant is the results folder's name (``avx512``; ``avx2`` is also the AVX2 build forced
+on an AVX-512 machine), and other paths (libraries, the baseline build, files from before that layout)
+get no verdict. Analysis only: nothing here loads a model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.io import to_markdown
+
+
+@dataclass(frozen=True)
+class Target:
+    """A bound per ISA; ``at_most``: the figure meets it at or below the bound (else at or above)."""
+
+    avx512: float
+    avx2: float
+    at_most: bool = False
+
+    def met(self, value: float, isa: str) -> bool:
+        bound = self.avx512 if isa == "avx512" else self.avx2
+        return value <= bound if self.at_most else value >= bound
+
+
+# the issue's table: AVX-512 (native) / AVX2 (forced on the same machine, or native)
+TARGETS: dict[str, Target] = {
+    "t1/floor": Target(1.25, 1.25, at_most=True),
+    "bf16w/fp32": Target(0.6, 0.6, at_most=True),
+    "humaneval la/ar": Target(1.8, 1.6),
+    "humaneval +corpus": Target(1.8, 1.6),
+    "mt_bench la/ar": Target(1.35, 1.25),
+    "mt_bench +corpus": Target(1.35, 1.25),
+    "la/pld": Target(1.0, 1.0),
+    "ar/generate": Target(2.0, 1.8),
+}
+TARGET_ISAS = ("avx512", "avx2")
+TASKS = ("humaneval", "mt_bench")  # the tasks with a speedup target of their own
+AUTO, CORPUS, PLD, GENERATE = "lookahead auto(", "+corpus", "pld(", "transformers greedy"
+
+
+def _speedups(table: list[dict[str, Any]]) -> dict[str, float]:
+    """method name -> aggregate speedup over our `ar` (total time ratio)."""
+    return {row["method"]: float(row["speedup"]) for row in table}
+
+
+def _auto(speedups: dict[str, float], corpus: bool) -> float | None:
+    """The auto-tuned lookahead's speedup, with or without the corpus (the first such row)."""
+    for name, value in speedups.items():
+        if name.startswith(AUTO) and name.endswith(CORPUS) == corpus:
+            return value
+    return None
+
+
+def _t1(memory: dict[str, Any] | None) -> float | None:
+    """A memory run's t(1): timed beside the bandwidth probe (perf since f7ffa8c), else its latency curve's."""
+    if not memory:
+        return None
+    if "t1_s" in memory:
+        return float(memory["t1_s"])
+    curve = memory.get("curve_s", {})
+    return float(curve["1"]) if "1" in curve else None
+
+
+def figures(report: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The targeted figures of one perf report (a parsed JSON file) for one weight mode; a figure the file
+    lacks is absent."""
+    runs, out = report.get("runs", {}), {}
+    memory, bandwidth = runs.get(f"{dtype}/memory"), report.get("read_bandwidth_Bps")
+    t1, t1_fp32 = _t1(memory), _t1(runs.get("float32/memory"))
+    if bandwidth:
+        out["GB/s"] = bandwidth / 1e9
+        if t1 is not None:
+            out["t1/floor"] = t1 / (memory["step_weight_bytes"] / bandwidth)
+    if dtype == "bf16w" and t1 is not None and t1_fp32 is not None:
+        out["bf16w/fp32"] = t1 / t1_fp32
+    vs_pld, vs_generate, counts = [], [], {}
+    for key, run in runs.items():
+        if not key.startswith(f"{dtype}/") or "table" not in run:
+            continue
+        task, speedups = key.split("/", 1)[1], _speedups(run["table"])
+        auto = _auto(speedups, corpus=False)
+        if task in TASKS:
+            counts.setdefault(str(run["table"][0]["prompts"]), None)
+            for corpus, column in ((False, f"{task} la/ar"), (True, f"{task} +corpus")):
+                if (value := _auto(speedups, corpus)) is not None:
+                    out[column] = value
+        if auto is not None:
+            vs_pld += [(auto / s, task) for name, s in speedups.items() if name.startswith(PLD)]
+        vs_generate += [(1 / s, task) for name, s in speedups.items() if name == GENERATE]
+    if counts:
+        out["prompts"] = "/".join(counts)  # the targeted tasks' prompt counts, distinct
+    for column, pairs in (("la/pld", vs_pld), ("ar/generate", vs_generate)):
+        if pairs:
+            out[column], out[f"{column} task"] = min(pairs)
+    return out
+
+
+def perf_files(roots: list[Path]) -> list[Path]:
+    """Every perf JSON below the roots (a root may be one file), sorted by path."""
+    found = {p for root in roots for p in ([root] if root.is_file() else root.rglob("*.json"))}
+    return sorted(p for p in found if p.name.startswith("perf"))
+
+
+def _dtypes(report: dict[str, Any]) -> list[str]:
+    seen: dict[str, None] = {}
+    for key in report.get("runs", {}):
+        seen.setdefault(key.split("/", 1)[0], None)
+    return list(seen)
+
+
+def summary(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
+    """One row per (perf file, weight mode): the run (file path relative to ``base``), the kernel variant,
+    the weight mode and every targeted figure the file holds (NaN where it holds none)."""
+    rows = []
+    for path in perf_files(roots):
+        report = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            run = str(path.relative_to(base)) if base else str(path)
+        except ValueError:
+            run = str(path)
+        for dtype in _dtypes(report):
+            rows.append({"run": run, "path": path.parent.name, "dtype": dtype, **figures(report, dtype)})
+    columns = ["run", "path", "dtype", "GB/s", "prompts", *TARGETS, "la/pld task", "ar/generate task"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def meets(row: pd.Series, column: str) -> bool:
+    """Whether the row's figure meets its target (float32 rows, and bf16w's own t(1) ratio; kernel paths only)."""
+    value = row[column]
+    if pd.isna(value) or row["path"] not in TARGET_ISAS:
+        return False
+    if row["dtype"] != "float32" and column != "bf16w/fp32":
+        return False
+    return TARGETS[column].met(float(value), row["path"])
+
+
+def render(df: pd.DataFrame) -> str:
+    """Markdown: ratios to 2 decimals (3 under 1.1 where the target is 1.0), a met target in bold."""
+    shown = df.copy().astype(object)
+    for i, row in df.iterrows():
+        for column in TARGETS:
+            value = row[column]
+            if pd.isna(value):
+                continue
+            text = f"{value:.3f}" if TARGETS[column].avx2 == 1.0 and value < 1.1 else f"{value:.2f}"
+            shown.at[i, column] = f"**{text}**" if meets(row, column) else text
+    return to_markdown(shown.drop(columns=["la/pld task", "ar/generate task"]), floatfmt=".1f")
