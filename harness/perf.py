@@ -92,6 +92,16 @@ def task_prompts(task_name: str, n: int, held_out: int, data_dir: str | None, to
     return [p for p in measured if p is not None], [p for p in held if p is not None]
 
 
+def free_stem(out_dir: Path, stem: str) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``, ... where an earlier run's results already hold the name: a second
+    run into the same folder (a repeat at another moment of the machine's drift) must not overwrite the first."""
+    n, name = 1, stem
+    while (out_dir / f"{name}.json").exists() or (out_dir / f"{name}.md").exists():
+        n += 1
+        name = f"{stem}-{n}"
+    return name
+
+
 TIMINGS = ("total_s", "prefill_s", "decode_s", "forward_s")
 BASE_PLD = (3, 10)  # (max_ngram, num_pred): pld's and transformers' defaults, always run
 
@@ -186,7 +196,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
     ap.add_argument("--pld", nargs="*", default=[], metavar="MAX_NGRAM,NUM_PRED", type=parse_pld,
                     help="more pld settings to run beside pld(3,10) (e.g. 6,10: the suffix length lookahead's chain matches)")
-    ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md}")
+    ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md} "
+                         "(-2, -3, ... added where an earlier run holds the name: never overwritten)")
     args = ap.parse_args(argv)
     # rows are grouped by method name, so a repeated setting would merge two methods' timings
     shapes = [tuple(sorted(x.items())) for x in args.lookahead]
@@ -309,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
                           "calibration": tuned.calibration, "curve_s": tuned.curve, "cache_len": tuned.cache_len},
                 "auto_steps_by_size": by_size.to_dict("records")}
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "perf-" + "-".join(args.dtype + (args.tasks or ["memory"]))  # one file per run, side by side
+    stem = free_stem(out_dir, "perf-" + "-".join(args.dtype + (args.tasks or ["memory"])))  # one file per run
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
     (out_dir / f"{stem}.md").write_text("\n".join(text) + "\n")
     print(f"\nwrote {out_dir / stem}.json and .md")

@@ -9,7 +9,7 @@ import pytest
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
 from harness.cli_args import parse_pld, parse_shape, positive_int
-from harness.perf import curve_line, format_table, median_curve, median_rounds, summarize
+from harness.perf import curve_line, format_table, free_stem, median_curve, median_rounds, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -200,3 +200,12 @@ def test_generate_full_length_runs_past_eos_and_takes_the_model_given():
     copy16 = hf_bfloat16(backend)
     assert copy16.dtype == torch.bfloat16 and backend.model.dtype == torch.float32
     assert transformers_generate(backend, copy16, full_length=True)(ids, 32)["new_tokens"] == 32
+
+
+def test_a_second_run_into_one_folder_never_overwrites_the_first(tmp_path):
+    assert free_stem(tmp_path, "perf-float32-humaneval") == "perf-float32-humaneval"
+    (tmp_path / "perf-float32-humaneval.json").write_text("{}")
+    assert free_stem(tmp_path, "perf-float32-humaneval") == "perf-float32-humaneval-2"
+    (tmp_path / "perf-float32-humaneval-2.md").write_text("")  # either file of a run holds its name
+    assert free_stem(tmp_path, "perf-float32-humaneval") == "perf-float32-humaneval-3"
+    assert free_stem(tmp_path, "perf-bf16w-humaneval") == "perf-bf16w-humaneval"
