@@ -16,7 +16,23 @@ from decoders.base import StepOutput
 from decoders.lookahead import LOOKUP_NGRAM
 from decoders.pool import lookup_match
 from decoders.tree import Verdict
-from tiny import TINY_EOS, TINY_VOCAB
+from harness.runtime.kernels import available_variants
+from tiny import TINY_EOS, TINY_VOCAB, tiny_backend
+
+VARIANTS = available_variants()  # every kernel variant this CPU runs (baseline everywhere)
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def tiny_each(request, device):
+    """The tiny model on each kernel variant this CPU runs, the default one first: a decoder equals `ar` only
+    if the variant's matmuls, norms and attention give a row the same result at every step size, so every
+    variant (AVX2 forced on an AVX-512 machine, the baseline build) is checked at the decoder level too. On
+    a GPU, only the device's own path (the variants are CPU builds)."""
+    if device != "cpu":
+        if request.param != VARIANTS[0]:
+            pytest.skip("kernel variants are CPU builds")
+        return tiny_backend(0, device=device)
+    return tiny_backend(0, matmul=request.param)
 
 
 def reference_greedy(model, prompt: list[int], max_new: int, eos: int) -> list[int]:
@@ -76,13 +92,13 @@ def _check_result(res, max_new: int, eos_ids) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=prompts, spec=decoder_specs, max_new=st.integers(1, 40))
-def test_greedy_decoders_equal_ar(tiny, prompt, spec, max_new):
+def test_greedy_decoders_equal_ar(tiny_each, prompt, spec, max_new):
     name, params = spec
-    ar = build_decoder("ar").generate(tiny, prompt, max_new)
-    res = build_decoder(name, **params).generate(tiny, prompt, max_new)
-    assert res.tokens == ar.tokens, (name, params)
-    _check_result(res, max_new, tiny.eos_token_ids)
-    _check_result(ar, max_new, tiny.eos_token_ids)
+    ar = build_decoder("ar").generate(tiny_each, prompt, max_new)
+    res = build_decoder(name, **params).generate(tiny_each, prompt, max_new)
+    assert res.tokens == ar.tokens, (name, params, tiny_each.matmul_path)
+    _check_result(res, max_new, tiny_each.eos_token_ids)
+    _check_result(ar, max_new, tiny_each.eos_token_ids)
     assert ar.steps == len(ar.tokens)  # S = 1 exactly for autoregressive decoding
 
 
@@ -90,7 +106,7 @@ def test_greedy_decoders_equal_ar(tiny, prompt, spec, max_new):
 @given(prompt=prompts, others=st.lists(prompts, min_size=1, max_size=3), junk=st.lists(tokens, max_size=12),
        t=st.integers(2, 8), cap=st.one_of(st.none(), st.integers(0, 6)), pl=st.one_of(st.none(), st.integers(1, 6)),
        max_new=st.integers(1, 30))
-def test_lookahead_with_a_corpus_equals_ar(tiny, prompt, others, junk, t, cap, pl, max_new):
+def test_lookahead_with_a_corpus_equals_ar(tiny_each, prompt, others, junk, t, cap, pl, max_new):
     """pool_from_corpus drafts from other prompts' answers (and from wrong text, as a stale corpus would be);
     the output stays ar's. An answer filed under this very prompt is never drafted from."""
     from decoders.base import token_hash
@@ -98,11 +114,11 @@ def test_lookahead_with_a_corpus_equals_ar(tiny, prompt, others, junk, t, cap, p
     ar = build_decoder("ar")
     dec = build_decoder("lookahead", W=1, N=2, G=1, text_ngram=t, step_tokens=None if cap is None else 3 + cap,
                         prompt_lookup=pl, pool_from_output=True, pool_context=True, pool_from_corpus=True)
-    dec.corpus = {token_hash(o): ar.generate(tiny, o, max_new).tokens for o in others}
+    dec.corpus = {token_hash(o): ar.generate(tiny_each, o, max_new).tokens for o in others}
     dec.corpus[token_hash([1, 2, 3])] = junk
-    res = dec.generate(tiny, prompt, max_new)
-    assert res.tokens == ar.generate(tiny, prompt, max_new).tokens
-    _check_result(res, max_new, tiny.eos_token_ids)
+    res = dec.generate(tiny_each, prompt, max_new)
+    assert res.tokens == ar.generate(tiny_each, prompt, max_new).tokens
+    _check_result(res, max_new, tiny_each.eos_token_ids)
 
 
 def test_corpus_drafts_only_where_the_text_has_none_and_never_from_this_prompts_answer():
@@ -120,8 +136,6 @@ def test_corpus_drafts_only_where_the_text_has_none_and_never_from_this_prompts_
 
 @pytest.mark.parametrize("seed", range(6))
 def test_ar_equals_uncached_reference(seed, device):
-    from tiny import tiny_backend
-
     be = tiny_backend(seed, device=device)
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(4, TINY_VOCAB, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g).tolist()

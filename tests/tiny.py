@@ -41,7 +41,7 @@ def tiny_model(seed: int = 0, attn_implementation: str = "sdpa", vocab: int = TI
     return model
 
 
-def tiny_backend(seed: int = 0, attn: str = "auto", device: str = "cpu") -> Backend:
+def tiny_backend(seed: int = 0, attn: str = "auto", device: str = "cpu", matmul: str = "auto") -> Backend:
     """The product's default paths: our kernel and its attention where this machine builds it (on CPU;
-    on ``device="cuda"`` the library paths)."""
-    return Backend(tiny_model(seed).to(device), tokenizer=None, name=f"tiny-{seed}", attn=attn)
+    on ``device="cuda"`` the library paths); ``matmul`` forces another (a kernel variant)."""
+    return Backend(tiny_model(seed).to(device), tokenizer=None, name=f"tiny-{seed}", attn=attn, matmul=matmul)
