@@ -105,3 +105,32 @@ def test_projections_are_batch_invariant(smollm2):
                 assert torch.equal(p(x[start : start + 1]), p(x[start : start + 2])[:1]), (n_in, start)
         else:
             pytest.skip("plain F.linear on this machine: no batch-invariance claim to check")
+
+
+def _other_variants() -> list[str]:
+    """The kernel variants this CPU runs besides its default, except the baseline build (generic arrays: a
+    57-token step of SmolLM2 takes seconds there; its decoders are checked on the tiny model)."""
+    from harness.runtime.kernels import available_variants
+
+    return [v for v in available_variants()[1:] if v != "baseline"]
+
+
+@pytest.mark.parametrize("variant", _other_variants() or [None])
+def test_decoders_equal_ar_on_another_kernel_variant(device, variant):
+    """The same equality with the AVX2 build forced on an AVX-512 machine (its own `ar` as the reference):
+    what most users' CPUs run, checked on the real model where the CPU can run both."""
+    if device != "cpu":
+        pytest.skip("kernel variants are CPU builds")
+    if variant is None:
+        pytest.skip("this CPU runs one SIMD kernel variant: the tests above ran it")
+    from harness import load_backend
+
+    be = load_backend("smollm2", matmul=variant)
+    assert be.matmul_path.startswith(f"kernel {variant} ")
+    cpu_shape = {"W": 1, "N": 2, "G": 1, "text_ngram": 7, "step_tokens": 6, "prompt_lookup": 5,
+                 "pool_from_output": True, "pool_context": True}  # the tuner's pick on these CPUs
+    for kind, messages in PROMPTS.items():
+        ids = _ids(be, messages)
+        ref = build_decoder("ar").generate(be, ids, MAX_NEW).tokens
+        for name, params in (CONFIGS[1], CONFIGS[2], ("lookahead", cpu_shape)):
+            assert build_decoder(name, **params).generate(be, ids, MAX_NEW).tokens == ref, (variant, kind, name)
