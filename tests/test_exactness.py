@@ -23,15 +23,15 @@ VARIANTS = available_variants()  # every kernel variant this CPU runs (baseline 
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
-def tiny_each(request, device):
-    """The tiny model on each kernel variant this CPU runs, the default one first: a decoder equals `ar` only
-    if the variant's matmuls, norms and attention give a row the same result at every step size, so every
-    variant (AVX2 forced on an AVX-512 machine, the baseline build) is checked at the decoder level too. On
-    a GPU, only the device's own path (the variants are CPU builds)."""
+def tiny_each(request, device, tiny):
+    """The tiny model on each kernel variant this CPU runs, the default one first (the session's `tiny`): a
+    decoder equals `ar` only if the variant's matmuls, norms and attention give a row the same result at
+    every step size, so every variant (AVX2 forced on an AVX-512 machine, the baseline build) is checked at
+    the decoder level too. On a GPU, only the device's own path (the variants are CPU builds)."""
+    if request.param == VARIANTS[0]:
+        return tiny
     if device != "cpu":
-        if request.param != VARIANTS[0]:
-            pytest.skip("kernel variants are CPU builds")
-        return tiny_backend(0, device=device)
+        pytest.skip("kernel variants are CPU builds")
     return tiny_backend(0, matmul=request.param)
 
 

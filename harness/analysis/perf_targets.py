@@ -104,8 +104,8 @@ def figures(report: dict[str, Any], dtype: str) -> dict[str, Any]:
         auto = _auto(speedups, corpus=False)
         if task in TASKS:
             counts.setdefault(str(run["table"][0]["prompts"]), None)
-            for corpus, column in ((False, f"{task} la/ar"), (True, f"{task} +corpus")):
-                if (value := _auto(speedups, corpus)) is not None:
+            for column, value in ((f"{task} la/ar", auto), (f"{task} +corpus", _auto(speedups, corpus=True))):
+                if value is not None:
                     out[column] = value
         if auto is not None:
             vs_pld += [(auto / s, task) for name, s in speedups.items() if name.startswith(PLD)]
@@ -124,13 +124,6 @@ def perf_files(roots: list[Path]) -> list[Path]:
     return sorted(p for p in found if p.name.startswith("perf"))
 
 
-def _dtypes(report: dict[str, Any]) -> list[str]:
-    seen: dict[str, None] = {}
-    for key in report.get("runs", {}):
-        seen.setdefault(key.split("/", 1)[0], None)
-    return list(seen)
-
-
 def summary(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
     """One row per (perf file, weight mode): the run (file path relative to ``base``), the kernel variant,
     the weight mode and every targeted figure the file holds (NaN where it holds none)."""
@@ -141,7 +134,7 @@ def summary(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
             run = str(path.relative_to(base)) if base else str(path)
         except ValueError:
             run = str(path)
-        for dtype in _dtypes(report):
+        for dtype in dict.fromkeys(key.split("/", 1)[0] for key in report.get("runs", {})):  # in file order
             rows.append({"run": run, "path": path.parent.name, "dtype": dtype, **figures(report, dtype)})
     columns = ["run", "path", "dtype", "GB/s", "prompts", *TARGETS, "la/pld task", "ar/generate task"]
     return pd.DataFrame(rows, columns=columns)
