@@ -28,18 +28,24 @@ a forward's cost rises in steps with its token count (``python -m harness.perf``
 cap at the end of a step keeps every forward on the cheaper side of it while G > 1 fills what is left.
 ``prompt_lookup`` (our extension; None = off) adds prompt lookup's draft (``pld``'s longest-suffix match
 over prompt + output, up to ``LOOKUP_NGRAM`` = 6 tokens where ``pld`` defaults to 3, continued for
-``prompt_lookup`` tokens). Why: the pool holds n-grams of one length keyed by one or two tokens, so on
-code, where the model copies long spans, ``pld``'s longer match and longer draft accept more per step.
+``prompt_lookup`` tokens), with the recency rule: the match's latest occurrence in the generated text,
+else its first in the prompt (``pld(recent=True)``'s draft; see :func:`decoders.pool.lookup_match`).
+Why: the pool holds n-grams of one length keyed by one or two tokens, so on code, where the model copies
+long spans, ``pld``'s longer match and longer draft accept more per step; and the model repeats its own
+latest text more than the prompt's first occurrence. Measured 2026-12-05 (SmolLM2 fp32, 256 tokens, the
+16 prompts ``harness.perf --prompts 16`` measures, (1,2,1,t7,cap6,pl10) with both pools and context):
+S 2.31 -> 2.36 on HumanEval (1267 -> 1239 steps), 1.81 -> 1.83 on MT-Bench.
 How the draft ranks depends on how much text it matched:
 - two tokens or more: first, and whole. Under a ``step_tokens`` cap a draft that would not fit beside
   the window is fed alone with the root (the window sits that step out, its trajectory waits), past a
   cap smaller than ``pld``'s step (1 + ``prompt_lookup`` tokens) if need be: the step costs what
-  ``pld``'s does instead of trimming its draft for a guess. Wherever ``pld``'s draft rests on two or
-  more matched tokens, lookahead's draft set contains it, and the window and pool add to it.
+  ``pld``'s does instead of trimming its draft for a guess. Wherever ``pld(recent=True)``'s draft rests
+  on two or more matched tokens, lookahead's draft set contains it, and the window and pool add to it
+  (plain ``pld``'s where the match occurs only in the prompt).
 - the last token alone (``LOOKUP_MIN_MATCH``): a weak guess, ranked after the pool's chains (a cap may
   cut it), with the window in.
 So with the chain, ``step_tokens`` caps the steps without a strong match, where every draft is a guess.
-Measured (HumanEval, 8 prompts x 256 tokens, (1,2,1,t7,pl10)): cap 6 fed 6.5 tokens a step for S 3.43,
+Measured (before the recency rule; HumanEval, 8 prompts x 256 tokens, (1,2,1,t7,pl10)): cap 6 fed 6.5 tokens a step for S 3.43,
 cap 11 (``pld``'s step) 8.2 for S 3.53; priced on the EPYC's t(k) (``results/perf/epyc-2026-12-02c``)
 cap 6 is the faster: 2.85x against 2.70x `ar` (AVX-512), 2.24x against 2.00x (AVX2 forced).
 ``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
@@ -69,12 +75,16 @@ SHAPE = ("W", "N", "G", "text_ngram", "step_tokens", "prompt_lookup")
 # max_ngram (3.25 at 3, 3.35 at 6), which `python -m harness.perf --pld 6,10` shows beside it.
 LOOKUP_NGRAM = 6
 # A match of fewer suffix tokens is weak evidence (a newline, a space or a bracket matches somewhere):
-# its draft, the continuation of the first occurrence of the last token alone, then ranks after the
-# pool's chains (the window's n-grams and the text's latest, context-ranked ones) and does not displace
-# the window. Measured (SmolLM2 fp32, 256 tokens, deterministic S, (1,2,1,t7,cap11,pl10) with both pools
+# its draft, the continuation of an occurrence of the last token alone (by the recency rule), then ranks
+# after the pool's chains (the window's n-grams and the text's latest, context-ranked ones) and does not
+# displace the window. Measured (SmolLM2 fp32, 256 tokens, deterministic S, (1,2,1,t7,cap11,pl10) with both pools
 # and context): HumanEval (8 prompts) 3.39 -> 3.53, MT-Bench (6) 1.61 -> 1.69, GSM8K (6) 1.80 -> 1.93,
 # XSum (6) 2.21 -> 2.34, at 0.1 fewer tokens a step; `pld`(6,10) on the same prompts: 3.35, 1.60, 1.79, 2.21.
-# Taking the latest occurrence of the last token instead gained half as much on HumanEval (3.44).
+# Taking the latest occurrence of the last token instead gained half as much on HumanEval (3.44). (These
+# were measured with the first occurrence; the recency rule came after.) Also tried 2026-12-05, offline
+# (greedy answers replayed, steps priced on measured t(k)): a threshold of 5 paid 1-3% where extra rows are
+# dear (AVX2) and lost up to 1.3% on summaries at AVX-512's flatter curve, with a chain of 10; with a
+# chain of 5 it lost on every task (by under 1%). Left at 2.
 LOOKUP_MIN_MATCH = 2
 
 
@@ -90,6 +100,7 @@ def shape_label(shape: dict[str, Any]) -> str:
 class _LookaheadState:
     window: LookaheadWindow
     pool: NgramPool
+    prompt_len: int  # where the generated text starts: prompt lookup's recency rule
     corpus: CorpusIndex | None = None  # pool_from_corpus: the other answers' continuations
 
 
@@ -154,14 +165,15 @@ class LookaheadDecoder(Decoder):
             own = token_hash(prompt_ids)  # never draft from an answer to this very prompt
             corpus = CorpusIndex([a for h, a in self.corpus.items() if h != own], length=self.text_n - 1)
         window = LookaheadWindow.seeded(self.W, self.N, prompt_ids, np.random.default_rng(0))
-        return _LookaheadState(window=window, pool=pool, corpus=corpus)
+        return _LookaheadState(window=window, pool=pool, prompt_len=len(prompt_ids), corpus=corpus)
 
     def propose(self, state: _LookaheadState, seq: list[int]) -> Proposal:
         prev = seq[-2] if len(seq) > 1 else None
         chains = state.pool.get(seq[-1], prev)
         window: LookaheadWindow | None = state.window
         cap = self.step_tokens
-        matched, draft = lookup_match(seq, LOOKUP_NGRAM, self.prompt_lookup) if self.prompt_lookup else (0, [])
+        matched, draft = (lookup_match(seq, LOOKUP_NGRAM, self.prompt_lookup, state.prompt_len)
+                          if self.prompt_lookup else (0, []))
         if not chains and not draft and state.corpus is not None:  # the text has no draft: other answers
             chains = [cont] if (cont := state.corpus.get(seq)) else []
         if draft and matched < LOOKUP_MIN_MATCH and chains:

@@ -15,7 +15,8 @@ does, at no extra tokens per step.
 to other prompts.
 
 :func:`lookup_continuation` is prompt lookup's draft (Saxena 2023), used by ``pld``; lookahead's
-``prompt_lookup`` takes it with its match length (:func:`lookup_match`) to rank it among the pool's.
+``prompt_lookup`` takes it with its match length (:func:`lookup_match`) to rank it among the pool's, and
+with the recency rule (the latest occurrence in the generated text first; see lookup_match).
 """
 
 from __future__ import annotations
@@ -108,24 +109,64 @@ class CorpusIndex:
         return len(self._best)
 
 
-def lookup_match(seq: list[int], max_ngram: int, num_pred: int) -> tuple[int, list[int]]:
-    """(n, tokens): the tokens that followed the first earlier occurrence of seq's longest matching suffix
-    n-gram (of n <= max_ngram tokens); (0, []) when not even the last token occurred before."""
+def lookup_match(seq: list[int], max_ngram: int, num_pred: int,
+                 prompt_len: int | None = None) -> tuple[int, list[int]]:
+    """(n, tokens): the tokens that followed an earlier occurrence of seq's longest matching suffix n-gram
+    (of n <= max_ngram tokens); (0, []) when not even the last token occurred before.
+
+    Which occurrence: the first (transformers' and Saxena's rule). With ``prompt_len`` (the recency rule),
+    the latest one that starts in the generated text (at or after ``prompt_len``), and only where there is
+    none, the first in the prompt. Why: a model repeats its own recent text (the function it is writing, the
+    phrase it just used), while text it copies from the prompt is copied from where it first appears.
+    Measured offline (SmolLM2 fp32 greedy answers, 256 tokens; 16 HumanEval and 16 MT-Bench prompts, 8 each
+    of GSM8K, XSum, CNN/DM, MBPP): `pld`(6,10)'s S rises 2.20 -> 2.38 on HumanEval, 1.71 -> 1.78 on MT-Bench,
+    1.99 -> 2.08 on GSM8K, 2.86 -> 3.01 on XSum, 2.96 -> 3.01 on CNN/DM, 1.91 -> 1.96 on MBPP. The latest
+    occurrence over the whole text instead lost on CNN/DM, where the summary copies the article.
+    """
     n_seq = len(seq)
     for n in range(min(max_ngram, n_seq - 1), 0, -1):
         suffix = seq[n_seq - n :]
-        start, end = 0, n_seq - n  # occurrences that start before the suffix itself (a continuation follows)
-        while True:
-            try:  # the next occurrence of the suffix's first token, found by list.index (C), not a Python loop
-                start = seq.index(suffix[0], start, end)
-            except ValueError:
-                break
-            if seq[start : start + n] == suffix:
-                return n, seq[start + n : start + n + num_pred]
-            start += 1
+        end = n_seq - n  # occurrences start before the suffix itself (a continuation follows)
+        if prompt_len is not None and prompt_len < end:
+            at = _latest(seq, suffix, prompt_len, end)
+            if at >= 0:
+                return n, seq[at + n : at + n + num_pred]
+            end = prompt_len
+        at = _first(seq, suffix, 0, end)
+        if at >= 0:
+            return n, seq[at + n : at + n + num_pred]
     return 0, []
 
 
-def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
-    """Tokens that followed the first earlier occurrence of seq's longest matching suffix n-gram."""
-    return lookup_match(seq, max_ngram, num_pred)[1]
+def _first(seq: list[int], suffix: list[int], lo: int, hi: int) -> int:
+    """The smallest s in [lo, hi) with seq[s : s + len(suffix)] == suffix, else -1."""
+    n = len(suffix)
+    while True:
+        try:  # the next occurrence of the suffix's first token, found by list.index (C), not a Python loop
+            lo = seq.index(suffix[0], lo, hi)
+        except ValueError:
+            return -1
+        if seq[lo : lo + n] == suffix:
+            return lo
+        lo += 1
+
+
+def _latest(seq: list[int], suffix: list[int], lo: int, hi: int) -> int:
+    """The largest s in [lo, hi) with seq[s : s + len(suffix)] == suffix, else -1: the same search run on
+    the reversed span, so that list.index still does the scanning."""
+    n, back = len(suffix), seq[hi - 1 : lo - 1 : -1] if lo > 0 else seq[hi - 1 :: -1]  # back[j] = seq[hi-1-j]
+    j = 0
+    while True:
+        try:
+            j = back.index(suffix[0], j)
+        except ValueError:
+            return -1
+        s = hi - 1 - j
+        if seq[s : s + n] == suffix:
+            return s
+        j += 1
+
+
+def lookup_continuation(seq: list[int], max_ngram: int, num_pred: int, prompt_len: int | None = None) -> list[int]:
+    """Tokens that followed an earlier occurrence of seq's longest matching suffix n-gram (see lookup_match)."""
+    return lookup_match(seq, max_ngram, num_pred, prompt_len)[1]

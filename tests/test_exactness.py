@@ -60,7 +60,8 @@ prompts = st.one_of(plain_prompts, repeating_prompts)
 
 decoder_specs = st.one_of(
     st.builds(lambda w: ("jacobi", {"window": w}), st.integers(1, 8)),
-    st.builds(lambda m, n: ("pld", {"max_ngram": m, "num_pred": n}), st.integers(1, 4), st.integers(1, 8)),
+    st.builds(lambda m, n, r: ("pld", {"max_ngram": m, "num_pred": n, "recent": r}),
+              st.integers(1, 4), st.integers(1, 8), st.booleans()),
     st.builds(
         lambda W, N, G, p, o, c, t, extra, pl: (
             "lookahead",
@@ -190,20 +191,40 @@ def test_long_text_ngrams_and_step_cap(tiny):
     assert max(res.input_tokens) == 6 == capped.max_step_tokens()
 
 
-def test_prompt_lookup_chain_contains_plds_draft(tiny):
-    """With ``prompt_lookup``, every step's tree holds first the draft of pld at the same suffix length
-    (``LOOKUP_NGRAM``), so a step accepts at least what that pld's step would from the same text; the
-    output stays the greedy one."""
+def test_prompt_lookup_chain_contains_recent_plds_draft(tiny):
+    """With ``prompt_lookup``, every step's tree holds first the draft of ``pld(recent=True)`` at the same
+    suffix length (``LOOKUP_NGRAM``), so a step accepts at least what that pld's step would from the same
+    text; the output stays the greedy one."""
     base = [7, 8, 9, 10, 11] * 4
     prompt = base + build_decoder("ar").generate(tiny, base, 20).tokens  # holds what comes next
     ref = build_decoder("ar").generate(tiny, prompt, 20)
-    pld = build_decoder("pld", max_ngram=LOOKUP_NGRAM, num_pred=6).generate(tiny, prompt, 20)
+    pld = build_decoder("pld", max_ngram=LOOKUP_NGRAM, num_pred=6, recent=True).generate(tiny, prompt, 20)
     # no pool at all (G=0, no prompt pool): the window plus pld's chain
     la = build_decoder("lookahead", W=1, N=2, G=0, pool_from_prompt=False, prompt_lookup=6).generate(tiny, prompt, 20)
     assert la.tokens == pld.tokens == ref.tokens
     assert la.accepted[0] == pld.accepted[0] > 1
     assert la.steps <= pld.steps
     assert build_decoder("lookahead", W=1, N=2, G=0, prompt_lookup=6).max_step_tokens() == 1 + 1 + 6
+
+
+def test_recency_rule_prefers_the_generated_texts_latest_occurrence():
+    """A suffix that occurs in the generated text continues its latest occurrence there; one that occurs
+    only in the prompt continues its first occurrence there, as plain pld's does everywhere."""
+    prompt = [5, 1, 2, 9, 5, 1, 3]
+    seq = prompt + [5, 1, 4, 6, 5, 1, 7, 8, 5, 1]  # "5 1" occurs twice in the prompt, twice in the output
+    assert lookup_match(seq, LOOKUP_NGRAM, 3) == (2, [2, 9, 5])  # the first occurrence
+    assert lookup_match(seq, LOOKUP_NGRAM, 3, prompt_len=len(prompt)) == (2, [7, 8, 5])  # the output's latest
+    only_prompt = prompt + [6, 5, 1]
+    assert lookup_match(only_prompt, LOOKUP_NGRAM, 3, prompt_len=len(prompt)) == (2, [2, 9, 5])
+    # the longest match wins wherever it is: "9 5 1" occurs in the prompt, "5 1" also in the output
+    longer = prompt + [5, 1, 8, 9, 5, 1]
+    assert lookup_match(longer, LOOKUP_NGRAM, 3, prompt_len=len(prompt)) == (3, [3, 5, 1])
+    dec = build_decoder("lookahead", W=1, N=2, G=0, pool_from_prompt=False, prompt_lookup=3)
+    assert dec.propose(dec.begin(prompt), seq).tree.tokens == [7, 8, 5]
+    pld = build_decoder("pld", max_ngram=3, num_pred=3)
+    assert pld.propose(pld.begin(prompt), seq).tree.tokens == [2, 9, 5]
+    recent = build_decoder("pld", max_ngram=3, num_pred=3, recent=True)
+    assert recent.propose(recent.begin(prompt), seq).tree.tokens == [7, 8, 5]
 
 
 def test_capped_prompt_lookup_chain_goes_before_the_window(tiny):

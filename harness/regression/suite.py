@@ -72,6 +72,7 @@ def suite_configs() -> list[SuiteConfig]:
         SuiteConfig.of("ar", "ar"),
         SuiteConfig.of("jacobi(window=5)", "jacobi", window=5),
         SuiteConfig.of("pld(defaults)", "pld"),
+        SuiteConfig.of("pld(recent=True)", "pld", recent=True),  # the recency rule lookahead's chain uses
         SuiteConfig.of("lookahead(N=5,W=7,G=7)", "lookahead", N=5, W=7, G=7, pool_from_prompt=False),
         SuiteConfig.of("lookahead(N=5,W=15,G=15)+prompt", "lookahead", N=5, W=15, G=15, pool_from_prompt=True),
         SuiteConfig.of("lookahead(N=5,W=1,G=1)+prompt+output+context", "lookahead", N=5, W=1, G=1,
