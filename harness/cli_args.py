@@ -27,12 +27,16 @@ def parse_shape(text: str) -> dict[str, int | None]:
     return dict(zip(SHAPE, values))
 
 
-def parse_pld(text: str) -> tuple[int, int]:
-    """``"6,10"`` -> (max_ngram, num_pred); a clear error for anything else."""
+def parse_pld(text: str) -> tuple[int, int, bool]:
+    """``"6,10"`` -> (max_ngram, num_pred, False); ``"6,10,recent"`` -> the same with pld's recency rule;
+    a clear error for anything else."""
     parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
-        raise argparse.ArgumentTypeError(f"expected MAX_NGRAM,NUM_PRED as two integers >= 1, e.g. 6,10; got {text!r}")
-    return int(parts[0]), int(parts[1])
+    recent = len(parts) == 3 and parts[2].strip() == "recent"
+    nums = parts[:2] if recent else parts
+    if len(nums) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in nums):
+        raise argparse.ArgumentTypeError("expected MAX_NGRAM,NUM_PRED as two integers >= 1, optionally followed by "
+                                         f",recent, e.g. 6,10 or 6,10,recent; got {text!r}")
+    return int(nums[0]), int(nums[1]), recent
 
 
 def add_matmul_option(ap: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@
                            [--tasks humaneval mt_bench gsm8k xsum]   (a bare --tasks: steps 0-1 only)
                            [--prompts 5] [--max-new-tokens 256] [--rounds 1] [--out results/perf]
                            [--calibration-prompts 4] [--lookahead W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] ...]
-                           [--pld MAX_NGRAM,NUM_PRED ...]
+                           [--pld MAX_NGRAM,NUM_PRED[,recent] ...]
                            [--no-hf]
 
 0. The memory bound: the matmul weight bytes one step reads against this machine's read bandwidth (a sum
@@ -104,7 +104,7 @@ def free_stem(out_dir: Path, stem: str) -> str:
 
 
 TIMINGS = ("total_s", "prefill_s", "decode_s", "forward_s")
-BASE_PLD = (3, 10)  # (max_ngram, num_pred): pld's and transformers' defaults, always run
+BASE_PLD = (3, 10, False)  # (max_ngram, num_pred, recent): pld's and transformers' defaults, always run
 
 
 def median_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -196,8 +196,9 @@ def main(argv: list[str] | None = None) -> None:
                          "greedy answers are the corpus of the +corpus row")
     ap.add_argument("--lookahead", nargs="*", default=[], metavar="W,N,G[,T[,CAP[,PL]]]", type=parse_shape,
                     help="fixed lookahead settings to run beside the auto-tuned one (prompt+output pool, context)")
-    ap.add_argument("--pld", nargs="*", default=[], metavar="MAX_NGRAM,NUM_PRED", type=parse_pld,
-                    help="more pld settings to run beside pld(3,10) (e.g. 6,10: the suffix length lookahead's chain matches)")
+    ap.add_argument("--pld", nargs="*", default=[], metavar="MAX_NGRAM,NUM_PRED[,recent]", type=parse_pld,
+                    help="more pld settings to run beside pld(3,10) (e.g. 6,10: the suffix length lookahead's chain "
+                         "matches; 6,10,recent: with the recency rule lookahead's chain uses)")
     ap.add_argument("--out", default="results/perf", help="results go to <out>/<kernel variant or library>/perf-<dtypes>-<tasks>.{json,md} "
                          "(-2, -3, ... added where an earlier run holds the name: never overwritten)")
     args = ap.parse_args(argv)
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     shapes = [tuple(sorted(x.items())) for x in args.lookahead]
     plds = [BASE_PLD, *args.pld]
     if len(set(plds)) < len(plds) or len(set(shapes)) < len(shapes):
-        ap.error("a --pld or --lookahead setting is given twice (pld %d,%d always runs); drop the repeat" % BASE_PLD)
+        ap.error("a --pld or --lookahead setting is given twice (pld %d,%d always runs); drop the repeat" % BASE_PLD[:2])
     if len(set(args.dtype)) < len(args.dtype):
         ap.error("a --dtype is given twice; drop the repeat")
 
@@ -273,8 +274,9 @@ def main(argv: list[str] | None = None) -> None:
                     methods.append(Method("transformers greedy, bfloat16 model (own text, full length)",
                                           transformers_generate(backend, hf16, full_length=True)))
             methods += [
-                *[Method(f"pld(max_ngram={m},num_pred={n})", ours(backend, build_decoder("pld", max_ngram=m, num_pred=n)))
-                  for m, n in plds],
+                *[Method(f"pld(max_ngram={m},num_pred={n}{',recent=True' if r else ''})",
+                         ours(backend, build_decoder("pld", max_ngram=m, num_pred=n, recent=r)))
+                  for m, n, r in plds],
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
                 Method(auto_name := f"lookahead auto{shape_label(shape)}+pools",
                        ours(backend, build_decoder("lookahead", **{**tuned.params, "pool_from_corpus": False}))),

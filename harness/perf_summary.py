@@ -24,8 +24,10 @@ bf16w's t(1) ratio, on the kernel paths). Targets, AVX-512 / AVX2:
 {targets}
 
 la = the auto-tuned lookahead with prompt and output pools; +corpus = also drafting from the held-out
-prompts' answers. la/pld and ar/generate: the smallest over the file's tasks (and `pld` settings). CPU
-wall-clock figures; each folder's section in `RUNS.md` says which machine and code measured it.
+prompts' answers. la/pld and ar/generate: the smallest over the file's tasks (and `pld` settings); la/pld
+is against `pld` as published (its first-occurrence rule), la/pld recent (no target) against
+`pld(recent=True)` where a run had it (`--pld M,N,recent`). CPU wall-clock figures; each folder's section
+in `RUNS.md` says which machine and code measured it.
 
 """
 

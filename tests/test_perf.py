@@ -71,15 +71,17 @@ def test_parse_shape_and_label():
     for bad in ("1,5", "a,b,c", "1,5,1,2,3,4,5", "1,-5,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
             parse_shape(bad)
-    assert parse_pld("6,10") == (6, 10) and positive_int("3") == 3
+    assert parse_pld("6,10") == (6, 10, False) and parse_pld("6,10,recent") == (6, 10, True)
+    assert positive_int("3") == 3
     with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
         positive_int("0")
-    for bad in ("6", "6,10,1", "0,10", "a,10"):
+    for bad in ("6", "6,10,1", "0,10", "a,10", "6,10,latest", "6,recent"):
         with pytest.raises(argparse.ArgumentTypeError, match="MAX_NGRAM,NUM_PRED"):
             parse_pld(bad)
 
 
-@pytest.mark.parametrize("argv", [["--pld", "3,10"], ["--pld", "6,10", "6,10"], ["--lookahead", "1,2,1", "1,2,1,0"],
+@pytest.mark.parametrize("argv", [["--pld", "3,10"], ["--pld", "6,10", "6,10"], ["--pld", "6,10,recent", "6,10,recent"],
+                                  ["--lookahead", "1,2,1", "1,2,1,0"],
                                   ["--dtype", "float32", "float32"]])
 def test_repeated_settings_are_refused_before_any_work(argv, capsys):
     from harness.perf import main

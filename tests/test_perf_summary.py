@@ -26,7 +26,8 @@ def report(bandwidth: float = 2.75e10) -> dict:
             "bf16w/memory": {"t1_s": 0.012, "step_weight_bytes": 2.75e8, "matmul_path": "kernel"},
             "float32/humaneval": {"table": table(
                 ("ar", 1.0), ("transformers greedy", 0.5), ("pld(max_ngram=3,num_pred=10)", 1.5),
-                ("pld(max_ngram=6,num_pred=10)", 1.6), ("lookahead auto(1,2,1,t7,cap6,pl5)+pools", 1.7),
+                ("pld(max_ngram=6,num_pred=10)", 1.6), ("pld(max_ngram=6,num_pred=10,recent=True)", 1.75),
+                ("lookahead auto(1,2,1,t7,cap6,pl5)+pools", 1.7),
                 ("lookahead auto(1,2,1,t7,cap6,pl5)+pools+corpus", 1.9),
                 ("lookahead window pool only(1,2,1,t7,cap6)", 1.2))},
             "float32/mt_bench": {"table": table(
@@ -44,12 +45,14 @@ def test_figures_are_recomputed_from_the_report():
     assert f["mt_bench la/ar"] == 1.4 and f["mt_bench +corpus"] == 1.45
     # the smallest over tasks and pld settings, of the lookahead without the corpus
     assert f["la/pld"] == pytest.approx(1.7 / 1.6) and f["la/pld task"] == "humaneval"
+    # the recency rule's pld is shown apart (no target): the published rule's is the one the target names
+    assert f["la/pld recent"] == pytest.approx(1.7 / 1.75) and f["la/pld recent task"] == "humaneval"
     assert f["ar/generate"] == pytest.approx(2.0) and f["ar/generate task"] == "humaneval"
     assert f["prompts"] == "4"
     b = figures(report(), "bf16w")
     assert b["bf16w/fp32"] == pytest.approx(0.012 / 0.022)
     assert b["t1/floor"] == pytest.approx(0.012 / 0.01)
-    assert "humaneval la/ar" not in b and "la/pld" not in b
+    assert "humaneval la/ar" not in b and "la/pld" not in b and "la/pld recent" not in b
 
 
 def test_old_reports_take_t1_from_the_curve_and_lack_what_they_lack():
@@ -85,6 +88,7 @@ def test_verdicts_follow_the_isa_of_the_results_folder(tmp_path):
     text = render(df)
     assert "| m/avx2/perf-float32-bf16w.json | avx2 | float32 | 27.5 | 4 | **1.10** |" in text
     assert "| m/avx512/perf-float32-bf16w.json | avx512 | float32 | 27.5 | 4 | **1.10** | — | 1.70 | **1.90** |" in text
+    assert "| **2.00** | 0.971 |" in text  # ar/generate, then la/pld recent: never bold, it has no target
 
 
 def test_cli_writes_the_table_and_refuses_missing_input(tmp_path, capsys):
