@@ -45,9 +45,10 @@ How the draft ranks depends on how much text it matched:
 - the last token alone (``LOOKUP_MIN_MATCH``): a weak guess, ranked after the pool's chains (a cap may
   cut it), with the window in.
 So with the chain, ``step_tokens`` caps the steps without a strong match, where every draft is a guess.
-Measured (before the recency rule; HumanEval, 8 prompts x 256 tokens, (1,2,1,t7,pl10)): cap 6 fed 6.5 tokens a step for S 3.43,
-cap 11 (``pld``'s step) 8.2 for S 3.53; priced on the EPYC's t(k) (``results/perf/epyc-2026-12-02c``)
-cap 6 is the faster: 2.85x against 2.70x `ar` (AVX-512), 2.24x against 2.00x (AVX2 forced).
+Measured (before the recency rule; HumanEval, 8 prompts x 256 tokens, (1,2,1,t7,pl10)): cap 6 fed 6.5
+tokens a step for S 3.43, cap 11 (``pld``'s step) 8.2 for S 3.53; priced on the EPYC's t(k)
+(``results/perf/epyc-2026-12-02c``) cap 6 is the faster: 2.85x against 2.70x `ar` (AVX-512), 2.24x
+against 2.00x (AVX2 forced).
 ``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
 ``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
 module, never the reverse).
