@@ -112,9 +112,9 @@ def figures(report: dict[str, Any], dtype: str) -> dict[str, Any]:
             for column, value in ((f"{task} la/ar", auto), (f"{task} +corpus", _auto(speedups, corpus=True))):
                 if value is not None:
                     out[column] = value
-        if auto is not None:
-            vs_pld += [(auto / s, task) for name, s in speedups.items() if name.startswith(PLD) and RECENT not in name]
-            vs_recent += [(auto / s, task) for name, s in speedups.items() if name.startswith(PLD) and RECENT in name]
+        for name, s in speedups.items():
+            if auto is not None and name.startswith(PLD):
+                (vs_recent if RECENT in name else vs_pld).append((auto / s, task))
         vs_generate += [(1 / s, task) for name, s in speedups.items() if name == GENERATE]
     if counts:
         out["prompts"] = "/".join(counts)  # the targeted tasks' prompt counts, distinct
