@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.demo import BUILTIN_PROMPTS, cpu_lines, main
+from harness.demo import BUILTIN_PROMPTS, labelled_lines, main
 
 
 def test_demo_runs_exact_and_fits_100_columns(capsys):
@@ -17,6 +17,7 @@ def test_demo_runs_exact_and_fits_100_columns(capsys):
     first = next(i for i, ln in enumerate(lines) if not ln.startswith(("cpu: ", "     ")))  # the CPU may wrap
     assert lines[0].startswith("cpu: ") and "torch " in " ".join(lines[:first])
     assert lines[first].startswith(f"matmuls: kernel {variant} (")
+    assert any(ln.startswith("attention: ") for ln in lines[first + 1:first + 3])
     assert any("auto-tuned lookahead (" in ln for ln in lines)
     assert any("medians of 3 interleaved rounds" in ln for ln in lines)
     rows = [ln for ln in lines if ln.split() and ln.split()[0] in BUILTIN_PROMPTS]
@@ -29,12 +30,28 @@ def test_a_long_cpu_line_wraps_to_100_columns():
     """A Xeon's name and flags made a 113-column first line; the demo wraps it, keeping every word."""
     cpu = ("Intel(R) Xeon(R) Processor (family 6 model 167; avx2 fma avx512f avx512_bf16 amx_tile; "
            "torch AVX512; 2 CPUs)")
-    lines = cpu_lines(cpu)
+    lines = labelled_lines("cpu", cpu)
     assert len(lines) == 2 and lines[0].startswith("cpu: Intel(R)") and lines[1].startswith("     ")
     assert all(len(ln) <= 100 for ln in lines)
     assert " ".join(ln.strip() for ln in lines) == f"cpu: {cpu}"
-    assert cpu_lines("AMD EPYC (family 25 model 17; avx2 fma avx512f; torch AVX512; 2 CPUs)") == [
+    assert labelled_lines("cpu", "AMD EPYC (family 25 model 17; avx2 fma avx512f; torch AVX512; 2 CPUs)") == [
         "cpu: AMD EPYC (family 25 model 17; avx2 fma avx512f; torch AVX512; 2 CPUs)"]
+
+
+def test_a_long_matmul_path_wraps_under_its_label():
+    """Zen 4's path with its tiles and 2 MB pages made a 112-column line with attention beside it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness.runtime.matmul import describe_path
+
+    info = SimpleNamespace(variant="avx512", isa="AVX512", tile_6x4=True, openmp=False)
+    path = describe_path(SimpleNamespace(kernel_info=info), pack=False, bf16_weights=False, dtype=torch.float32,
+                         huge_bytes=539_000_000)
+    lines = labelled_lines("matmuls", path)
+    assert len(lines) == 2 and all(len(ln) <= 100 for ln in lines) and lines[1].startswith(" " * 9 + "weights")
+    assert " ".join(ln.strip() for ln in lines) == f"matmuls: {path}"
 
 
 def test_rounds_rotate_the_decoders():

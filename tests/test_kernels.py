@@ -84,8 +84,9 @@ def mod(request):
     m = K.load_small_gemm(variant, tile_6x4=tile_6x4)
     assert m is not None, f"{variant} did not build"
     assert m.kernel_info.variant == variant
-    assert m.kernel_info.tile_6x4 == (K.prefers_6x4_tile() if tile_6x4 is None else tile_6x4) == (
-        "float32_tile" in m.info())
+    # only avx512 has the 6 x 64 tile: on Zen 4, which prefers it, the other variants must still build without
+    tiled = variant == "avx512" and (K.prefers_6x4_tile() if tile_6x4 is None else tile_6x4)
+    assert m.kernel_info.tile_6x4 == tiled == ("float32_tile" in m.info())
     return m
 
 
