@@ -55,12 +55,13 @@ import pandas as pd
 
 from decoders.autotune import autotune, calibration_cache_len, interp_latency, latency_curves, predicted_speedup
 from decoders.lookahead import SHAPE, shape_label
-from harness.analysis.compare import against_reference
+from harness.analysis.compare import REFERENCE, against_reference
 from harness.analysis.io import to_markdown
 from harness.analysis.steps import steps_by_size
 from harness.cli_args import add_matmul_option, parse_pld, parse_shape, positive_int
 from harness.memory_bound import memory_floor_line, memory_rounds
 from harness.perf_methods import Method, hf_bfloat16, ours, transformers_generate
+from harness.perf_names import GENERATE, auto_name, pld_name
 from harness.records import compression
 from harness.runtime.kernels import cpu_identity, cpu_line
 from harness.runtime.layer_ops import ATTN_CHOICES
@@ -264,24 +265,23 @@ def main(argv: list[str] | None = None) -> None:
             with_corpus = build_decoder("lookahead", **tuned.params)
             with_corpus.corpus = tuned.corpus  # the held-out prompts' answers
             window_only = {**shape, "prompt_lookup": None}
-            methods = [Method("ar", ours(backend, build_decoder("ar")))]
+            methods = [Method(REFERENCE, ours(backend, build_decoder("ar")))]  # the row speedups pair with
             if not args.no_hf:
                 methods += [
-                    Method("transformers greedy", transformers_generate(backend)),
+                    Method(GENERATE, transformers_generate(backend)),
                     Method("transformers prompt lookup (10)", transformers_generate(backend, prompt_lookup_num_tokens=10)),
                 ]
                 if hf16 is not None:  # the bf16w model holds bf16 values in float32; transformers' own bf16 way too
                     methods.append(Method("transformers greedy, bfloat16 model (own text, full length)",
                                           transformers_generate(backend, hf16, full_length=True)))
             methods += [
-                *[Method(f"pld(max_ngram={m},num_pred={n}{',recent=True' if r else ''})",
-                         ours(backend, build_decoder("pld", max_ngram=m, num_pred=n, recent=r)))
+                *[Method(pld_name(m, n, r), ours(backend, build_decoder("pld", max_ngram=m, num_pred=n, recent=r)))
                   for m, n, r in plds],
                 Method("jacobi(window=5)", ours(backend, build_decoder("jacobi", window=5))),
-                Method(auto_name := f"lookahead auto{shape_label(shape)}+pools",
+                Method(auto := auto_name(shape_label(shape), corpus=False),
                        ours(backend, build_decoder("lookahead", **{**tuned.params, "pool_from_corpus": False}))),
                 # the same, drafting from the held-out prompts' greedy answers where the text has no draft
-                Method(f"lookahead auto{shape_label(shape)}+pools+corpus", ours(backend, with_corpus)),
+                Method(auto_name(shape_label(shape), corpus=True), ours(backend, with_corpus)),
                 # the same shape fed by its lookahead branch alone (no prompt/output n-grams, no prompt
                 # lookup chain): what the Jacobi n-grams contribute
                 Method(f"lookahead window pool only{shape_label(window_only)}",
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
                 round_curves.append(latency_curves([backend], cache_len=roofline_cache)[0])
             task_curve = median_curve(round_curves)
             table = summarize(merged := median_rounds(rows), task_curve)
-            by_size = steps_by_size([r for r in merged if r["method"] == auto_name],
+            by_size = steps_by_size([r for r in merged if r["method"] == auto],
                                     lambda k: interp_latency(task_curve, k) / task_curve[1])
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "

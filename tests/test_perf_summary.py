@@ -55,6 +55,25 @@ def test_figures_are_recomputed_from_the_report():
     assert "humaneval la/ar" not in b and "la/pld" not in b and "la/pld recent" not in b
 
 
+def test_the_names_perf_writes_are_the_stored_ones_and_the_targets_find_them():
+    """perf builds its row names and perf_targets matches them from one module (harness.perf_names); the
+    stored results hold the names as they were written, so the builders must keep writing exactly those."""
+    from harness.analysis.compare import REFERENCE
+    from harness.perf_names import GENERATE, auto_name, pld_name
+
+    assert pld_name(6, 10, False) == "pld(max_ngram=6,num_pred=10)"
+    assert pld_name(6, 10, True) == "pld(max_ngram=6,num_pred=10,recent=True)"
+    assert auto_name("(1,2,1,t7,cap6,pl5)", corpus=False) == "lookahead auto(1,2,1,t7,cap6,pl5)+pools"
+    assert auto_name("(1,2,1,t7,cap6,pl5)", corpus=True) == "lookahead auto(1,2,1,t7,cap6,pl5)+pools+corpus"
+    built = {"read_bandwidth_Bps": 2.75e10, "runs": {"float32/humaneval": {"table": table(
+        (REFERENCE, 1.0), (GENERATE, 0.5), (pld_name(3, 10, False), 1.5), (pld_name(6, 10, True), 1.8),
+        (auto_name("(1,2,1,t7)", corpus=False), 1.7), (auto_name("(1,2,1,t7)", corpus=True), 1.9))}}}
+    f = figures(built, "float32")
+    assert (f["humaneval la/ar"], f["humaneval +corpus"]) == (1.7, 1.9)
+    assert f["la/pld"] == pytest.approx(1.7 / 1.5) and f["la/pld recent"] == pytest.approx(1.7 / 1.8)
+    assert f["ar/generate"] == pytest.approx(2.0)
+
+
 def test_old_reports_take_t1_from_the_curve_and_lack_what_they_lack():
     old = {"runs": {"float32/memory": {"curve_s": {"1": 0.03, "2": 0.031}, "step_weight_bytes": 5.5e8}}}
     assert figures(old, "float32") == {}  # no bandwidth: no floor

@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.io import to_markdown
+from harness.perf_names import AUTO, CORPUS, GENERATE, PLD, RECENT
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,6 @@ TARGETS: dict[str, Target] = {
 }
 TARGET_ISAS = ("avx512", "avx2")
 TASKS = ("humaneval", "mt_bench")  # the tasks with a speedup target of their own
-AUTO, CORPUS, PLD, GENERATE = "lookahead auto(", "+corpus", "pld(", "transformers greedy"
-RECENT = "recent=True"  # in the name of a pld row with the recency rule (harness.perf's --pld M,N,recent)
 EXTRA = "la/pld recent"  # a figure shown beside the targets, with none of its own
 
 
