@@ -84,18 +84,19 @@ def test_backend_packs_into_the_arena_in_forward_order(monkeypatch):
 
 
 def test_path_says_how_much_sits_in_huge_pages():
-    kernel = SimpleNamespace(kernel_info=SimpleNamespace(variant="avx2", isa="AVX2", tile_6x4=False,
+    kernel = SimpleNamespace(kernel_info=SimpleNamespace(variant="avx2", isa="AVX2", zen4=False,
                                                             openmp=True))
     assert describe_path(kernel, True, False, torch.float32) == "kernel avx2 (AVX2) float32 weights"
     assert describe_path(kernel, True, True, torch.float32, huge_bytes=270_000_000) == (
         "kernel avx2 (AVX2) bfloat16 weights, 270 MB in 2 MB pages")
-    zen4 = SimpleNamespace(kernel_info=SimpleNamespace(variant="avx512", isa="AVX512", tile_6x4=True,
+    zen4 = SimpleNamespace(kernel_info=SimpleNamespace(variant="avx512", isa="AVX512", zen4=True,
                                                           openmp=True))
     assert describe_path(zen4, True, False, torch.float32) == (
-        "kernel avx512 (AVX512, 6x64 tiles at 3-6 rows) float32 weights")
-    assert describe_path(zen4, True, True, torch.float32) == "kernel avx512 (AVX512) bfloat16 weights"
+        "kernel avx512 (AVX512, Zen 4: 6x64 tiles at 3-6 rows, no 2-row prefetch) float32 weights")
+    assert describe_path(zen4, True, True, torch.float32) == (
+        "kernel avx512 (AVX512, Zen 4: no 2-row prefetch) bfloat16 weights")
     # a Mac whose torch lacks omp.h: the kernel runs on one thread, and the path says so
-    serial = SimpleNamespace(kernel_info=SimpleNamespace(variant="baseline", isa="NEON", tile_6x4=False,
+    serial = SimpleNamespace(kernel_info=SimpleNamespace(variant="baseline", isa="NEON", zen4=False,
                                                             openmp=False))
     assert describe_path(serial, True, False, torch.float32) == (
         "kernel baseline (NEON, one thread: built without OpenMP) float32 weights")

@@ -72,21 +72,22 @@ def test_cpuinfo_of_another_architecture_is_not_read(tmp_path):
 
 
 # every variant as this CPU builds it, and avx512 with the other float32 3-6-row tile too (each CPU builds one)
-BUILDS = [(v, None) for v in KNOWN] + ([("avx512", not K.prefers_6x4_tile())] if "avx512" in KNOWN else [])
+BUILDS = [(v, None) for v in KNOWN] + ([("avx512", not K.prefers_zen4_build())] if "avx512" in KNOWN else [])
 
 
-@pytest.fixture(scope="module", params=BUILDS, ids=[v if t is None else f"{v}-tile6x4={t}" for v, t in BUILDS])
+@pytest.fixture(scope="module", params=BUILDS, ids=[v if t is None else f"{v}-zen4={t}" for v, t in BUILDS])
 def mod(request):
     """The built module of each variant (module-scoped: one load per variant and test run)."""
-    variant, tile_6x4 = request.param
+    variant, zen4 = request.param
     if variant not in AVAILABLE:
         pytest.skip(f"this CPU cannot execute {variant}")
-    m = K.load_small_gemm(variant, tile_6x4=tile_6x4)
+    m = K.load_small_gemm(variant, zen4=zen4)
     assert m is not None, f"{variant} did not build"
     assert m.kernel_info.variant == variant
-    # only avx512 has the 6 x 64 tile: on Zen 4, which prefers it, the other variants must still build without
-    tiled = variant == "avx512" and (K.prefers_6x4_tile() if tile_6x4 is None else tile_6x4)
-    assert m.kernel_info.tile_6x4 == tiled == ("float32_tile" in m.info())
+    # only avx512 has a Zen 4 build: on Zen 4 the other variants must still build without its choices
+    zen4 = variant == "avx512" and (K.prefers_zen4_build() if zen4 is None else zen4)
+    info = m.info()
+    assert m.kernel_info.zen4 == zen4 == info["zen4"] == ("float32_tile" in info) == (not info["prefetch_2row"])
     return m
 
 
@@ -196,38 +197,42 @@ def test_describe(mod):
     assert str(info) == K.describe(mod) == f"kernel {info.variant}"
     assert K.describe(mod, torch.bfloat16) == f"kernel {info.variant} bfloat16"
     assert K.describe(None) == "library matmuls" and K.kernel_info(None) is None
-    assert Path(info.build_dir) == K.build_dir(info.variant, tile_6x4=info.tile_6x4)
-    if info.tile_6x4 == K.prefers_6x4_tile() or info.variant != "avx512":  # this CPU's own build
+    assert Path(info.build_dir) == K.build_dir(info.variant, zen4=info.zen4)
+    if info.zen4 == K.prefers_zen4_build() or info.variant != "avx512":  # this CPU's own build
         assert Path(info.build_dir) == K.build_dir(info.variant)
 
 
-def test_prefers_6x4_tile_on_zen4_only():
-    """avx512's 6 x 64 float32 tile paid on Zen 4 (AMD family 25) and cost on a Xeon and on Zen 5."""
+def test_prefers_zen4_build_on_zen4_only():
+    """avx512's Zen 4 build (6 x 64 float32 tiles, no 2-row prefetch) paid on Zen 4 (AMD family 25) and its
+    tile cost on a Xeon and on Zen 5."""
     amd = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}
-    assert K.prefers_6x4_tile(amd)
-    assert not K.prefers_6x4_tile({**amd, "cpu family": "26"})  # Zen 5
-    assert not K.prefers_6x4_tile({"vendor_id": "GenuineIntel", "cpu family": "6", "model": "167"})
-    assert not K.prefers_6x4_tile({})  # nothing read: no cpuinfo
-    assert K._tile_6x4("avx2", True) is False and K._tile_6x4("avx512", True) is True
+    assert K.prefers_zen4_build(amd)
+    assert not K.prefers_zen4_build({**amd, "cpu family": "26"})  # Zen 5
+    assert not K.prefers_zen4_build({"vendor_id": "GenuineIntel", "cpu family": "6", "model": "167"})
+    assert not K.prefers_zen4_build({})  # nothing read: no cpuinfo
+    assert K._zen4("avx2", True) is False and K._zen4("avx512", True) is True
     if "avx512" in KNOWN:  # x86's variants: elsewhere there is only the baseline build
-        assert "-DSG_F32_TILE_6X4" in K.build_flags("avx512", True)
-        assert "-DSG_F32_TILE_6X4" not in K.build_flags("avx512", False) + K.build_flags("avx2", True)
-        assert K.build_key("avx512", tile_6x4=True) != K.build_key("avx512", tile_6x4=False)
+        assert "-DSG_ZEN4" in K.build_flags("avx512", True)
+        assert "-DSG_ZEN4" not in K.build_flags("avx512", False) + K.build_flags("avx2", True)
+        assert K.build_key("avx512", zen4=True) != K.build_key("avx512", zen4=False)
 
 
 @pytest.mark.skipif("avx512" not in AVAILABLE, reason="this CPU cannot execute avx512")
 def test_avx512_tiles_agree_bitwise():
-    """Which tile a row falls in never changes its sum: the two float32 3-6-row tiles give the same bits."""
-    a, b = (K.load_small_gemm("avx512", tile_6x4=t) for t in (False, True))
-    assert not a.kernel_info.tile_6x4 and b.kernel_info.tile_6x4
+    """Which tile a row falls in, and whether its tile prefetched, never change its sum: both builds (the Zen
+    4 one and the other) give the same bits."""
+    a, b = (K.load_small_gemm("avx512", zen4=t) for t in (False, True))
+    assert not a.kernel_info.zen4 and b.kernel_info.zen4
     g = torch.Generator().manual_seed(11)
     for n, k in [(960, 576), (130, 577)]:
         w = torch.randn(n, k, generator=g) * k ** -0.5
         x = torch.randn(13, k, generator=g)
-        pa, pb = a.pack(w), b.pack(w)
-        assert torch.equal(pa, pb)  # one packed layout
-        for rows in range(1, 14):
-            assert torch.equal(a.linear(x[:rows].contiguous(), pa, n), b.linear(x[:rows].contiguous(), pb, n)), rows
+        for bf16 in (False, True):  # the 2-row prefetch differs in both weight types
+            pa, pb = a.pack(w, bf16=bf16), b.pack(w, bf16=bf16)
+            assert torch.equal(pa, pb)  # one packed layout
+            for rows in range(1, 14):
+                assert torch.equal(a.linear(x[:rows].contiguous(), pa, n),
+                                   b.linear(x[:rows].contiguous(), pb, n)), (rows, bf16)
 
 
 def test_unknown_or_unsupported_variant_raises(monkeypatch):
@@ -324,9 +329,9 @@ def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
     class Fake:
         @staticmethod
         def info():
-            return {"isa": "DEFAULT", "vector_floats": 8, "block": 64, "openmp": True}
+            return {"isa": "DEFAULT", "vector_floats": 8, "block": 64, "openmp": True, "zen4": False}
 
-    def fake_load(variant, directory, source_dir=None, tile_6x4=False):
+    def fake_load(variant, directory, source_dir=None, zen4=False):
         calls.append(directory.exists())
         directory.mkdir(parents=True, exist_ok=True)
         if len(calls) == 1:
@@ -339,7 +344,7 @@ def test_import_error_rebuilds_once(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not load" in err[0] and "rebuilding" in err[0]
 
-    def always_bad(variant, directory, source_dir=None, tile_6x4=False):
+    def always_bad(variant, directory, source_dir=None, zen4=False):
         raise ImportError("undefined symbol: nonsense")
 
     monkeypatch.setattr(K, "_torch_load", always_bad)

@@ -8,8 +8,9 @@ separately named extensions, one per variant:
 - ``baseline``: no SIMD flags: at::vec's generic arrays, which the compiler vectorizes for plain
   x86-64 (SSE2); on aarch64 the default build, which is NEON.
 
-The avx512 build's float32 3-6-row tile is chosen per CPU at build time (:func:`prefers_6x4_tile`: 6 x 64
-columns on Zen 4, 12 x 32 elsewhere); the two give bitwise the same results.
+The avx512 build is tuned per CPU at build time (:func:`prefers_zen4_build`): on Zen 4 its float32 3-6-row
+tile is 6 x 64 columns (12 x 32 elsewhere) and its 2-row tiles do not prefetch (they do elsewhere); either
+build gives bitwise the same results.
 
 Every variant sums each output element in one float32 accumulator over k in order with the same
 operation at every row count, so a row's result does not depend on the other rows of the call (bitwise,
@@ -74,7 +75,7 @@ class KernelInfo:
     vector_floats: int  # floats per vector register
     block: int  # output columns per block (a thread's unit of work)
     build_dir: str
-    tile_6x4: bool = False  # avx512: float32 3-6 rows as 6 x 64-column tiles (see prefers_6x4_tile)
+    zen4: bool = False  # avx512 built for Zen 4: 6 x 64 float32 3-6-row tiles, no 2-row prefetch (prefers_zen4_build)
     openmp: bool = True  # built with OpenMP: blocks spread over torch's threads (else one thread; see flags)
 
     def describe(self, weights: torch.dtype | str | None = None) -> str:
@@ -192,27 +193,30 @@ def cache_root() -> Path:
     return Path(base) / "lookahead-bench" / "kernels"
 
 
-def prefers_6x4_tile(fields: dict[str, str] | None = None) -> bool:
-    """Whether the avx512 variant multiplies 3-6 float32 rows in 6-row x 64-column tiles (else 12 x 32, as
-    bfloat16 and 7-12 rows do): on Zen 4 (AMD family 25 with AVX-512, which runs 512-bit operations as two
-    256-bit halves) 6 x 64 ran 0.82-0.95x of 12 x 32; on a Xeon 1.04-1.10x, on Zen 5 1.025x (see small_gemm.cpp)."""
+def prefers_zen4_build(fields: dict[str, str] | None = None) -> bool:
+    """Whether this CPU takes the avx512 variant's Zen 4 build (AMD family 25 with AVX-512, which runs 512-bit
+    operations as two 256-bit halves). Two choices differ there (see small_gemm.cpp):
+    - 3-6 float32 rows in 6-row x 64-column tiles, not 12 x 32 (as bfloat16 and 7-12 rows): 0.82-0.95x on
+      Zen 4; on a Xeon 1.04-1.10x, on Zen 5 1.025x;
+    - 2-row tiles without software prefetch: with it, a forward's 2-row matmuls cost 1.3x at fast memory on
+      Zen 4, where it had paid 0.85-0.97x on the Xeon."""
     fields = _cpuinfo() if fields is None else fields
     if not fields:
         return False
     return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
 
 
-def _tile_6x4(variant: str, tile_6x4: bool | None) -> bool:
-    """The 6 x 64 float32 tile of ``variant``'s build: only avx512 has one; None: this CPU's choice."""
+def _zen4(variant: str, zen4: bool | None) -> bool:
+    """Whether ``variant`` is built for Zen 4: only avx512 has such a build; None: this CPU's choice."""
     if variant != "avx512":
         return False
-    return prefers_6x4_tile() if tile_6x4 is None else tile_6x4
+    return prefers_zen4_build() if zen4 is None else zen4
 
 
-def build_flags(variant: str, tile_6x4: bool | None = None) -> list[str]:
-    """The compiler flags of ``variant`` (besides torch's own); ``tile_6x4``: see :func:`prefers_6x4_tile`."""
+def build_flags(variant: str, zen4: bool | None = None) -> list[str]:
+    """The compiler flags of ``variant`` (besides torch's own); ``zen4``: see :func:`prefers_zen4_build`."""
     return [*COMMON_CFLAGS, *openmp_flags()[0], *_variants()[variant][0],
-            *(["-DSG_F32_TILE_6X4"] if _tile_6x4(variant, tile_6x4) else [])]
+            *(["-DSG_ZEN4"] if _zen4(variant, zen4) else [])]
 
 
 def link_flags() -> list[str]:
@@ -220,20 +224,20 @@ def link_flags() -> list[str]:
     return openmp_flags()[1]
 
 
-def build_key(variant: str, source_dir: Path | None = None, tile_6x4: bool | None = None) -> str:
+def build_key(variant: str, source_dir: Path | None = None, zen4: bool | None = None) -> str:
     """``<variant>-<hash>``: the build directory's name, the hash over everything the binary depends on."""
     h = hashlib.sha256()
     texts = [src.read_bytes() for src in sources(source_dir)]
-    for part in (*texts, "\0".join(build_flags(variant, tile_6x4)).encode(), "\0".join(link_flags()).encode(),
+    for part in (*texts, "\0".join(build_flags(variant, zen4)).encode(), "\0".join(link_flags()).encode(),
                  torch.__version__.encode(), sys.version.encode(), platform.machine().encode()):
         h.update(part)
         h.update(b"\1")
     return f"{variant}-{h.hexdigest()[:16]}"
 
 
-def build_dir(variant: str, source_dir: Path | None = None, tile_6x4: bool | None = None) -> Path:
+def build_dir(variant: str, source_dir: Path | None = None, zen4: bool | None = None) -> Path:
     """The build directory of ``variant`` (from ``source_dir``'s sources, default ours) under :func:`cache_root`."""
-    return cache_root() / build_key(variant, source_dir, tile_6x4)
+    return cache_root() / build_key(variant, source_dir, zen4)
 
 
 def _note(msg: str) -> None:
@@ -252,7 +256,7 @@ def _one_line(err: BaseException) -> str:
     return f"{first} [{detail}]" if detail else first
 
 
-def _torch_load(variant: str, directory: Path, source_dir: Path | None = None, tile_6x4: bool = False) -> ModuleType:
+def _torch_load(variant: str, directory: Path, source_dir: Path | None = None, zen4: bool = False) -> ModuleType:
     from torch.utils import cpp_extension
 
     name = module_name(directory)
@@ -262,15 +266,15 @@ def _torch_load(variant: str, directory: Path, source_dir: Path | None = None, t
     getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name=name, sources=[str(src) for src in sources(source_dir)], extra_cflags=build_flags(variant, tile_6x4),
+        name=name, sources=[str(src) for src in sources(source_dir)], extra_cflags=build_flags(variant, zen4),
         extra_ldflags=link_flags(),  # a new list: torch appends to it
         build_directory=str(directory), verbose=False,
     )
 
 
-def _build(variant: str, timeout_s: float, source_dir: Path | None = None, tile_6x4: bool = False) -> ModuleType | None:
+def _build(variant: str, timeout_s: float, source_dir: Path | None = None, zen4: bool = False) -> ModuleType | None:
     """Build (or load the cached build of) ``variant``; None after one stderr line when it cannot."""
-    directory = build_dir(variant, source_dir, tile_6x4)
+    directory = build_dir(variant, source_dir, zen4)
     fallback = "using library matmuls"
     try:
         with Flock(directory.with_name(directory.name + ".flock"), timeout_s):
@@ -286,7 +290,7 @@ def _build(variant: str, timeout_s: float, source_dir: Path | None = None, tile_
                 shutil.rmtree(directory, ignore_errors=True)
             for attempt in (0, 1):
                 try:
-                    module = _torch_load(variant, directory, source_dir, tile_6x4)
+                    module = _torch_load(variant, directory, source_dir, zen4)
                     break
                 except ImportError as err:  # built, or found built, but does not import
                     if attempt:
@@ -304,20 +308,20 @@ def _build(variant: str, timeout_s: float, source_dir: Path | None = None, tile_
     info = module.info()
     module.kernel_info = KernelInfo(variant=variant, isa=str(info["isa"]), vector_floats=int(info["vector_floats"]),
                                     block=int(info["block"]), build_dir=str(directory),
-                                    tile_6x4="float32_tile" in info, openmp=bool(info["openmp"]))
+                                    zen4=bool(info["zen4"]), openmp=bool(info["openmp"]))
     return module
 
 
 def load_small_gemm(variant: str | None = None, timeout_s: float = 600,
-                    source_dir: Path | None = None, tile_6x4: bool | None = None) -> ModuleType | None:
+                    source_dir: Path | None = None, zen4: bool | None = None) -> ModuleType | None:
     """The compiled kernel module of ``variant`` (default: :func:`best_variant`), or None where it cannot
     be built (one line on stderr says why; the caller keeps library matmuls).
 
     Raises ValueError for an unknown variant or one this CPU cannot execute. ``timeout_s`` bounds the
     wait for another process's build of the same variant. ``source_dir``: build from an edited copy of
-    the sources instead of ours (an A/B; see :func:`sources`). ``tile_6x4``: avx512's float32 3-6-row
-    tile, None for this CPU's choice (:func:`prefers_6x4_tile`); the results are bitwise the same either
-    way. One build or load per variant, sources, tile and process; the loaded module carries
+    the sources instead of ours (an A/B; see :func:`sources`). ``zen4``: avx512's Zen 4 build
+    (its tiles and prefetches), None for this CPU's choice (:func:`prefers_zen4_build`); the results are
+    bitwise the same either way. One build or load per variant, sources, tuning and process; the loaded module carries
     ``kernel_info`` (:class:`KernelInfo`).
     """
     if variant is None:
@@ -326,12 +330,12 @@ def load_small_gemm(variant: str | None = None, timeout_s: float = 600,
     if source_dir is not None:
         source_dir = Path(source_dir).resolve()
         sources(source_dir)  # FileNotFoundError naming what is missing, not a fallback to library matmuls
-    return _build_once(variant, timeout_s, source_dir, _tile_6x4(variant, tile_6x4))
+    return _build_once(variant, timeout_s, source_dir, _zen4(variant, zen4))
 
 
 @functools.cache  # one build or load per variant, sources, tile and process
-def _build_once(variant: str, timeout_s: float, source_dir: Path | None, tile_6x4: bool) -> ModuleType | None:
-    return _build(variant, timeout_s, source_dir, tile_6x4)
+def _build_once(variant: str, timeout_s: float, source_dir: Path | None, zen4: bool) -> ModuleType | None:
+    return _build(variant, timeout_s, source_dir, zen4)
 
 
 def kernel_info(module: ModuleType | None) -> KernelInfo | None:

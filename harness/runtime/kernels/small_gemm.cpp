@@ -86,10 +86,12 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // Not taken: 3-4 float32 rows walking the block's four stripes round robin in 512-byte chunks
 // (accumulators parked in L1, k order kept) ran 0.74-0.92x on Zen 3 (six A/B runs) but 1.14-1.65x
 // slower on Zen 5 with AVX2 forced, with or without prefetch, 512 or 2048-byte chunks (2026-12-03).
-// AVX-512, float32 weights, 3-6 rows, where the loader defines SG_F32_TILE_6X4 (MT_F32 > 0): 6 rows x 4 stripes
+// SG_ZEN4: the loader's Zen 4 build of avx512 (kernels.prefers_zen4_build). It changes two choices: this tile and
+// the 2-row prefetch (PREFETCH_2ROW, see PREFETCH_BYTES).
+// AVX-512, float32 weights, 3-6 rows, where the loader defines SG_ZEN4 (MT_F32 > 0): 6 rows x 4 stripes
 // (NS_F32; 24 accumulators, the 4 weights of one k and a broadcast in 32 registers), without software prefetch:
 // the block streams 4 lines a k step where 12 x 2 tiles stream 2 twice (with the prefetch). Which is faster
-// depends on the core, so the loader picks it per CPU (kernels.prefers_6x4_tile): on Zen 4 (EPYC family 25 model
+// depends on the core, so the loader picks it per CPU (kernels.prefers_zen4_build): on Zen 4 (EPYC family 25 model
 // 17, 2026-12-04, `kernels.bench --against`, min of 21 interleaved reps, three runs at 34-56 GB/s) a forward's
 // 3-6 row float32 matmuls ran 0.82-0.95x of 12 x 2 (an unedited copy: 0.94-1.09x); with the prefetch 1.03-1.08x;
 // 7-12 rows as two 6 x 4 tiles 1.02-1.13x (so those keep 12 x 2); bfloat16 3-6 rows 1.08-1.11x (so those keep it
@@ -99,7 +101,7 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr const char* ISA = "AVX512";
 constexpr int NS1 = 4, NS2 = 4, NS3 = 2, NSM = 2, MT_MAX = 12;  // 1 row: 4 acc; 2 rows: 8; 12 rows: 24 (+2 weights)
-#if defined(SG_F32_TILE_6X4)
+#if defined(SG_ZEN4)
 constexpr int NS_F32 = 4, MT_F32 = 6;  // float32, 3-6 rows: 24 acc (+4 weights)
 #else
 constexpr int NS_F32 = NSM, MT_F32 = 0;  // float32 3-6 rows as bfloat16's: 12 x 2 tiles
@@ -188,8 +190,19 @@ inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe, int64_t bst
 // --against`, min of 15-21 interleaved reps, 25 GB/s) a forward's 2-row bf16 matmuls ran 0.83-0.93x of an
 // unedited copy's (seven runs) and float32 0.91-0.97x (four); 1 and 3 rows unchanged. Spanning two blocks,
 // as 1-row bf16 tiles do, gained nothing alone and nothing over the prefetch. AVX2's 2-row tiles (2
-// stripes) already prefetched in bf16 and stay without in float32. Not measured on an AMD CPU.
+// stripes) already prefetched in bf16 and stay without in float32 (with it: 1.17x at 2 rows, Zen 4 at 54 GB/s).
+// On Zen 4 (SG_ZEN4) the 2-row prefetch costs instead: 2026-12-06, `kernels.bench --rows 1 2 3 --dtypes fp32
+// bf16 --against`, min of 21 interleaved reps, against a copy without it, a forward's 2-row matmuls ran 13.8
+// against 10.5 ms (float32) and 7.9 against 6.2 (bf16) at 55 GB/s, 17.4 against 16.2 and 8.7 against 8.5 at 34
+// GB/s (an unedited copy: 13.7 and 7.6, 17.4 and 8.8); 1 and 3 rows alike. It had made a 2-token step cost
+// 1.32-1.38 1-token steps at fast memory there (1.00-1.05 before it), and lookahead's (1,2,1) shapes feed 2
+// tokens on every step without a draft. So the Zen 4 build leaves it out.
 constexpr int64_t PREFETCH_BYTES = 2048;
+#if defined(SG_ZEN4)
+constexpr bool ZEN4 = true, PREFETCH_2ROW = false;
+#else
+constexpr bool ZEN4 = false, PREFETCH_2ROW = true;
+#endif
 // ... but 1-row bfloat16 tiles prefetch only PREFETCH_ROW_BYTES ahead: on Zen 4 (EPYC family 25 model
 // 17, 2026-12-04, `kernels.bench --rows 1 --dtypes bf16 --against`, min of 21-31 interleaved reps, eight
 // runs at 30-52 GB/s) a forward's 1-row bf16 matmuls ran 0.86-0.98x (AVX-512) and 0.86-0.97x (AVX2 forced)
@@ -245,7 +258,7 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
   constexpr int64_t U = UW<T>, NST = NS * SW / U;  // stored stripes of the tile
   const int64_t stripe = K * U;
   constexpr bool PREFETCH = (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) ||
-                            (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2) || (MT == 2 && NS > 2);
+                            (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2) || (PREFETCH_2ROW && MT == 2 && NS > 2);
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
     // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     for (int64_t k = k0; k < k1; ++k) {
@@ -534,6 +547,8 @@ pybind11::dict info() {
   d["k_chunk"] = KC;  // k rows per turn of block_chunked's row tiles
   d["chunked_row_tiles"] = pybind11::make_tuple(CHUNK_TILES<float>, CHUNK_TILES<bf16>);  // at most: float32, bf16
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
+  d["zen4"] = ZEN4;  // built for Zen 4 (SG_ZEN4): the tile below, no 2-row prefetch
+  d["prefetch_2row"] = PREFETCH_2ROW;  // 2-row tiles of more than 2 stripes prefetch the stream
   if (MT_F32 > 0) d["float32_tile"] = pybind11::make_tuple(MT_F32, NS_F32 * SW);  // float32 3-MT_F32 rows: rows, columns
   return d;
 }
