@@ -59,7 +59,7 @@ def test_the_names_perf_writes_are_the_stored_ones_and_the_targets_find_them():
     """perf builds its row names and perf_targets matches them from one module (harness.perf_names); the
     stored results hold the names as they were written, so the builders must keep writing exactly those."""
     from harness.analysis.compare import REFERENCE
-    from harness.perf_names import GENERATE, auto_name, pld_name
+    from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 
     assert pld_name(6, 10, False) == "pld(max_ngram=6,num_pred=10)"
     assert pld_name(6, 10, True) == "pld(max_ngram=6,num_pred=10,recent=True)"

@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.io import to_markdown
-from harness.perf_names import AUTO, CORPUS, GENERATE, PLD, RECENT
+from harness.analysis.perf_names import AUTO, CORPUS, GENERATE, PLD, RECENT
 
 
 @dataclass(frozen=True)

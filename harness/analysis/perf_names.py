@@ -1,7 +1,8 @@
 """The names ``harness.perf`` gives the methods it times, and the markers ``harness.analysis.perf_targets``
 finds them by, in one place: the result files store these names, so a row renamed on one side only would
-drop out of the target table silently. No imports beyond the standard library, so the analysis side stays
-light. (`ar`'s row is named by ``harness.analysis.compare.REFERENCE``, which the speedups pair with.)"""
+drop out of the target table silently. It lives with the analysis, which must not import the perf runner
+(torch); the runner imports it. (`ar`'s row is named by ``harness.analysis.compare.REFERENCE``, which the
+speedups pair with.)"""
 
 from __future__ import annotations
 
