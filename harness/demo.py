@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         print(f"gpu: {backend.gpu_name}, torch {torch.__version__}")
-    print("\n".join(labelled_lines("matmuls", backend.matmul_path) + labelled_lines("attention", backend.attention_path)))
+    paths = labelled_lines("matmuls", backend.matmul_path) + labelled_lines("attention", backend.attention_path)
+    print("\n".join(paths))
     print(f"model {args.model} ({args.dtype}, {args.device}) loaded in {time.perf_counter() - t0:.1f}s")
 
     def encode(text: str) -> list[int]:

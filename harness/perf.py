@@ -57,11 +57,11 @@ from decoders.autotune import autotune, calibration_cache_len, interp_latency, l
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import REFERENCE, against_reference
 from harness.analysis.io import to_markdown
+from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 from harness.analysis.steps import steps_by_size
 from harness.cli_args import add_matmul_option, parse_pld, parse_shape, positive_int
 from harness.memory_bound import memory_floor_line, memory_rounds
 from harness.perf_methods import Method, hf_bfloat16, ours, transformers_generate
-from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 from harness.records import compression
 from harness.runtime.kernels import cpu_identity, cpu_line
 from harness.runtime.layer_ops import ATTN_CHOICES

@@ -242,13 +242,14 @@ def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
 def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtype, huge_bytes: int = 0) -> str:
     """What the manifests, perf results and the demo print: ``kernel avx2 (AVX2) bfloat16 weights``
     (``..., 512 MB in 2 MB pages`` where the OS backs that much of them with huge pages; ``kernel avx512
-    (AVX512, Zen 4: 6x64 tiles at 3-6 rows, no 2-row prefetch) float32 weights`` on Zen 4), ``oneDNN packed float32`` or ``F.linear
-    bfloat16``."""
+    (AVX512, Zen 4: 6x64 tiles at 3-6 rows, no 2-row prefetch) float32 weights`` on Zen 4), ``oneDNN packed
+    float32`` or ``F.linear bfloat16``."""
     name = str(dtype).removeprefix("torch.")
     if kernel is not None:
         info = kernel.kernel_info
         pages = f", {huge_bytes / 1e6:.0f} MB in 2 MB pages" if huge_bytes else ""
-        tiles = (", Zen 4: " + ("" if bf16_weights else "6x64 tiles at 3-6 rows, ") + "no 2-row prefetch") if info.zen4 else ""
+        zen4 = ("" if bf16_weights else "6x64 tiles at 3-6 rows, ") + "no 2-row prefetch"  # see prefers_zen4_build
+        tiles = f", Zen 4: {zen4}" if info.zen4 else ""
         threads = "" if info.openmp else ", one thread: built without OpenMP"
         return (f"kernel {info.variant} ({info.isa}{tiles}{threads}) {'bfloat16' if bf16_weights else 'float32'} "
                 f"weights{pages}")
