@@ -165,6 +165,16 @@ def curve_line(curve: dict[int, float], ks: tuple[int, ...] | None = None) -> st
     return "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items() if ks is None or k in ks)
 
 
+def regime_line(tuner: dict[int, float], rounds: dict[int, float], tolerance: float = 1.25) -> str:
+    """The tuner's t(1) against the rounds': on these VMs memory speed swings 1.5x within minutes, and a shape
+    priced at slow memory (long steps nearly free) can run at fast memory (twenty-eighth run: 3.19x predicted)."""
+    ratio = tuner[1] / rounds[1]
+    line = f"the tuner priced steps at t(1) {tuner[1] * 1e3:.1f} ms, the rounds ran at {rounds[1] * 1e3:.1f} ms"
+    if max(ratio, 1 / ratio) <= tolerance:
+        return line
+    return f"{line}: memory changed speed between them ({ratio:.2f}x), so its pick was priced for another regime"
+
+
 def matmul_key(path: str) -> str:
     """Folder name for a matmul path: the kernel variant (``avx2``) or ``library``."""
     return path.split()[1] if path.startswith("kernel ") else "library"
@@ -312,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
-                     f"steps priced at cache {tuned.cache_len}); "
+                     f"steps priced at cache {tuned.cache_len}; {regime_line(tuned.curve, task_curve)}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
                      "+pools = prompt and output n-grams, context-ranked; +corpus = and drafts from the "
                      f"{len(held_out)} held-out prompts' answers where the text has none; roofline at t(k) measured after each "

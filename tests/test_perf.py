@@ -9,7 +9,7 @@ import pytest
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
 from harness.cli_args import parse_pld, parse_shape, positive_int
-from harness.perf import curve_line, format_table, free_stem, median_curve, median_rounds, summarize
+from harness.perf import curve_line, format_table, free_stem, median_curve, median_rounds, regime_line, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -211,3 +211,12 @@ def test_a_second_run_into_one_folder_never_overwrites_the_first(tmp_path):
     (tmp_path / "perf-float32-humaneval-2.md").write_text("")  # either file of a run holds its name
     assert free_stem(tmp_path, "perf-float32-humaneval") == "perf-float32-humaneval-3"
     assert free_stem(tmp_path, "perf-bf16w-humaneval") == "perf-bf16w-humaneval"
+
+
+def test_regime_line_flags_a_tuner_curve_from_another_memory_speed():
+    """The twenty-eighth run's 16 HumanEval prompts: priced at t(1) 17.6 ms, run at 11.6 ms."""
+    slow, fast = {1: 0.0176, 6: 0.020}, {1: 0.0116, 6: 0.0152}
+    assert regime_line(slow, fast) == ("the tuner priced steps at t(1) 17.6 ms, the rounds ran at 11.6 ms: memory "
+                                       "changed speed between them (1.52x), so its pick was priced for another regime")
+    assert "another regime" in regime_line(fast, slow)  # either way round
+    assert regime_line({1: 0.012}, {1: 0.0116}) == "the tuner priced steps at t(1) 12.0 ms, the rounds ran at 11.6 ms"
