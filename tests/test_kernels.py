@@ -71,7 +71,7 @@ def test_cpuinfo_of_another_architecture_is_not_read(tmp_path):
     assert K._cpuinfo(ppc, machine="ppc64le") == {"processor": "0", "cpu": "POWER9"}
 
 
-# every variant as this CPU builds it, and avx512 with the other float32 3-6-row tile too (each CPU builds one)
+# every variant as this CPU builds it, and avx512's other build too (Zen 4's, or the one for every other CPU)
 BUILDS = [(v, None) for v in KNOWN] + ([("avx512", not K.prefers_zen4_build())] if "avx512" in KNOWN else [])
 
 
@@ -218,7 +218,7 @@ def test_prefers_zen4_build_on_zen4_only():
 
 
 @pytest.mark.skipif("avx512" not in AVAILABLE, reason="this CPU cannot execute avx512")
-def test_avx512_tiles_agree_bitwise():
+def test_both_avx512_builds_agree_bitwise():
     """Which tile a row falls in, and whether its tile prefetched, never change its sum: both builds (the Zen
     4 one and the other) give the same bits."""
     a, b = (K.load_small_gemm("avx512", zen4=t) for t in (False, True))

@@ -56,7 +56,7 @@ def test_figures_are_recomputed_from_the_report():
 
 
 def test_the_names_perf_writes_are_the_stored_ones_and_the_targets_find_them():
-    """perf builds its row names and perf_targets matches them from one module (harness.perf_names); the
+    """perf builds its row names and perf_targets matches them from one module (harness.analysis.perf_names); the
     stored results hold the names as they were written, so the builders must keep writing exactly those."""
     from harness.analysis.compare import REFERENCE
     from harness.analysis.perf_names import GENERATE, auto_name, pld_name

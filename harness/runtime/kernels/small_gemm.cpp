@@ -199,10 +199,11 @@ inline void load_row(Vec (&wv)[NS][SV], const T* wk, int64_t stripe, int64_t bst
 // tokens on every step without a draft. So the Zen 4 build leaves it out.
 constexpr int64_t PREFETCH_BYTES = 2048;
 #if defined(SG_ZEN4)
-constexpr bool ZEN4 = true, PREFETCH_2ROW = false;
+constexpr bool ZEN4 = true;
 #else
-constexpr bool ZEN4 = false, PREFETCH_2ROW = true;
+constexpr bool ZEN4 = false;
 #endif
+constexpr bool PREFETCH_2ROW = !ZEN4;
 // ... but 1-row bfloat16 tiles prefetch only PREFETCH_ROW_BYTES ahead: on Zen 4 (EPYC family 25 model
 // 17, 2026-12-04, `kernels.bench --rows 1 --dtypes bf16 --against`, min of 21-31 interleaved reps, eight
 // runs at 30-52 GB/s) a forward's 1-row bf16 matmuls ran 0.86-0.98x (AVX-512) and 0.86-0.97x (AVX2 forced)
