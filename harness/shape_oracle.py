@@ -1,0 +1,169 @@
+"""Every auto-tuner candidate on a task's measured prompts, priced at the latency curves that earlier
+``harness.perf`` runs measured: is a missed speedup the tuner's pick, or the machine's curve?
+
+A greedy decode feeds the same tokens per step wherever it runs with the same matmul path, so one decode of
+each candidate on perf's measured prompts prices it at any curve. Its roofline is
+``tokens * t(1) / sum of t(k) over its steps``, perf's ``roofline`` column. For each perf result given, this
+prints the auto pick's roofline at the curve its rounds ran at beside every other candidate's. It also prints
+the pick's measured speedup scaled by each ratio: an estimate of what that shape would have measured in that
+run. The auto pick's S here must equal the S perf measured, which checks that the prompts and steps are the
+run's own. Nothing is timed, so the run may share the machine.
+
+    python -m harness.shape_oracle --task humaneval --prompts 16 \
+        --perf results/perf/zen4-2026-12-06d/avx512/perf-float32-humaneval.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from decoders import build_decoder
+from decoders.autotune import CANDIDATES, interp_latency
+from decoders.base import token_hash
+from decoders.lookahead import SHAPE, shape_label
+from harness.analysis.io import to_markdown
+from harness.analysis.perf_names import AUTO, CORPUS, pld_name
+from harness.cli_args import add_matmul_option, positive_int
+from tasks.data import SHARED_DATA_DIR
+
+# the flags of perf's auto row (prompt and output pools, context ranking; no corpus)
+AUTO_FLAGS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
+PLDS = ((3, 10, False), (6, 10, True))  # pld's published setting, and the one with lookahead's recency rule
+
+
+def oracle_methods() -> dict[str, Any]:
+    """Name -> decoder: every tuner candidate with perf's auto flags, and the two pld rows to compare with."""
+    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS)
+               for s in (dict(zip(SHAPE, c)) for c in CANDIDATES)}
+    methods.update({pld_name(m, n, r): build_decoder("pld", max_ngram=m, num_pred=n, recent=r) for m, n, r in PLDS})
+    return methods
+
+
+def decode_steps(backend, prompts: list[list[int]], max_new_tokens: int,
+                 methods: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Method -> prompt hash -> {"tokens": new tokens, "fed": {k: steps that fed k tokens}}; every output
+    checked against ``ar``'s (a method that differs raises: its steps would price another text)."""
+    ar = build_decoder("ar")
+    reference = {token_hash(p): ar.generate(backend, p, max_new_tokens).tokens for p in prompts}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, decoder in methods.items():
+        out[name] = {}
+        for p in prompts:
+            r = decoder.generate(backend, p, max_new_tokens)
+            if r.tokens != reference[token_hash(p)]:
+                raise RuntimeError(f"{name} differs from ar on prompt {token_hash(p)}: not exact, so not priced")
+            out[name][token_hash(p)] = {"tokens": len(r.tokens), "fed": dict(Counter(r.input_tokens))}
+    return out
+
+
+def price(per_prompt: dict[str, dict[str, Any]], hashes: list[str], curve: dict[int, float]) -> dict[str, float]:
+    """S, mean tokens fed per step and roofline speedup over ``ar`` of one method on the prompts ``hashes``
+    (summed over them, as perf's table sums a method's prompts) at ``curve`` (seconds by tokens fed)."""
+    tokens = sum(per_prompt[h]["tokens"] for h in hashes)
+    fed = Counter()
+    for h in hashes:
+        fed.update({int(k): n for k, n in per_prompt[h]["fed"].items()})
+    steps = sum(fed.values())
+    cost = sum(n * interp_latency(curve, k) for k, n in fed.items())
+    return {"S": tokens / steps, "k_mean": sum(k * n for k, n in fed.items()) / steps,
+            "roofline": tokens * curve[1] / cost}
+
+
+def auto_row(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """perf's auto-tuned row without the corpus (the one the targets read)."""
+    rows = [r for r in table if r["method"].startswith(AUTO) and CORPUS not in r["method"]]
+    if len(rows) != 1:
+        raise ValueError(f"expected one auto-tuned row without the corpus in the perf table, found {len(rows)}")
+    return rows[0]
+
+
+def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], run: dict[str, Any],
+                ) -> tuple[list[dict[str, Any]], str]:
+    """Every decoded method priced at one perf task run's rounds' curve (and at its tuner's), sorted by the
+    former; the auto pick's measured speedup scaled by each method's roofline over the pick's. Raises where
+    the pick's S differs from the run's (other prompts, another length or another matmul path)."""
+    curve = {int(k): v for k, v in run["curve_s"].items()}
+    tuner_curve = {int(k): v for k, v in run["tuned"]["curve_s"].items()}
+    pick = {k: run["tuned"]["params"][k] for k in SHAPE}
+    label, measured = shape_label(pick), auto_row(run["table"])
+    if label not in decoded:
+        raise ValueError(f"the run's auto pick {label} is not among the decoded methods")
+    mine = price(decoded[label], hashes, curve)
+    if abs(mine["S"] - measured["S"]) > 1e-9:
+        raise ValueError(f"the auto pick {label} has S {mine['S']:.4f} here against {measured['S']:.4f} in the "
+                         f"run: not the run's prompts, length or matmul path")
+    rows = []
+    for name, per_prompt in decoded.items():
+        at_round = price(per_prompt, hashes, curve)
+        rows.append({"method": name, "S": at_round["S"], "k_mean": at_round["k_mean"],
+                     "roofline": at_round["roofline"], "roofline_tuner_curve": price(per_prompt, hashes,
+                                                                                    tuner_curve)["roofline"],
+                     "estimated_speedup": measured["speedup"] * at_round["roofline"] / mine["roofline"],
+                     "auto_pick": name == label})
+    rows.sort(key=lambda r: -r["roofline"])
+    best = rows[0]
+    summary = (f"rounds at t(1) {curve[1] * 1e3:.1f} ms, tuner at {tuner_curve[1] * 1e3:.1f} ms; auto pick {label}: "
+               f"measured {measured['speedup']:.2f}x, roofline {mine['roofline']:.2f}x; best roofline "
+               f"{best['method']} {best['roofline']:.2f}x, so an estimated {best['estimated_speedup']:.2f}x")
+    return rows, summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    from harness import load_backend
+    from harness.perf import free_stem, task_prompts
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--perf", type=Path, nargs="+", required=True, metavar="JSON",
+                    help="perf results (perf-*.json) whose task runs to price the candidates at")
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--prompts", type=positive_int, default=16,
+                    help="measured prompts to decode (perf's spread): at least as many as each perf run measured")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=256)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--dtype", default="float32")
+    add_matmul_option(ap)
+    ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
+    ap.add_argument("--out", type=Path, default=Path("results/perf/oracle"))
+    args = ap.parse_args(argv)
+    runs = []
+    for path in args.perf:
+        report = json.loads(path.read_text())
+        key = f"{args.dtype}/{args.task}"
+        if key not in report["runs"]:
+            ap.error(f"{path} holds no {key} run; its runs: {', '.join(report['runs'])}")
+        if report["args"]["max_new_tokens"] != args.max_new_tokens:
+            ap.error(f"{path} ran {report['args']['max_new_tokens']} new tokens; pass --max-new-tokens to match")
+        if report["args"]["prompts"] > args.prompts:
+            ap.error(f"{path} measured {report['args']['prompts']} prompts; pass --prompts {report['args']['prompts']}")
+        runs.append((path, report, report["runs"][key]))
+
+    backend = load_backend(args.model, dtype=args.dtype, matmul=args.matmul)
+    prompts, _ = task_prompts(args.task, args.prompts, 0, args.data_dir, backend.tokenizer)
+    print(f"decoding {len(oracle_methods())} methods on {len(prompts)} {args.task} prompts "
+          f"({backend.matmul_path})", flush=True)
+    decoded = decode_steps(backend, prompts, args.max_new_tokens, oracle_methods())
+    result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "matmul_path": backend.matmul_path,
+                              "decoded": decoded, "runs": {}}
+    text = []
+    for path, report, run in runs:
+        hashes = [token_hash(p) for p in task_prompts(args.task, report["args"]["prompts"], 0, args.data_dir,
+                                                      backend.tokenizer)[0]]
+        rows, summary = compare_run(decoded, hashes, run)
+        result["runs"][str(path)] = {"rows": rows, "summary": summary}
+        text += [f"== {path}", summary, to_markdown(pd.DataFrame(rows), floatfmt=".2f"), ""]
+        print("\n".join(text[-4:]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = free_stem(args.out, f"oracle-{args.dtype}-{args.task}")
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (args.out / f"{stem}.md").write_text("\n".join(text))
+    print(f"wrote {args.out / stem}.json and .md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The shape oracle: each candidate's steps decoded once and exactly, priced at any curve as perf prices them,
+and checked against the perf run it is compared with."""
+
+from __future__ import annotations
+
+import pytest
+
+from decoders import build_decoder
+from decoders.autotune import CANDIDATES, predicted_speedup
+from decoders.base import token_hash
+from decoders.lookahead import SHAPE, shape_label
+from harness.analysis.perf_names import auto_name
+from harness.shape_oracle import AUTO_FLAGS, PLDS, compare_run, decode_steps, oracle_methods, price
+
+PROMPTS = [[5, 9, 11, 7, 5, 9, 11, 20], [8, 8, 14, 30, 22, 8, 14]]
+FLAT = {1: 0.010, 4: 0.011, 16: 0.013}  # a memory-bound curve: extra rows nearly free
+STEEP = {1: 0.010, 4: 0.020, 16: 0.060}  # a compute-bound one
+
+
+def test_oracle_methods_are_every_candidate_and_the_pld_rows():
+    methods = oracle_methods()
+    assert len(methods) == len(CANDIDATES) + len(PLDS)
+    la = methods[shape_label(dict(zip(SHAPE, CANDIDATES[0])))]
+    assert all(getattr(la, flag) == value for flag, value in AUTO_FLAGS.items()) and not la.pool_from_corpus
+
+
+def test_decode_steps_histograms_price_as_perf_prices_the_step_list(tiny):
+    shapes = [dict(zip(SHAPE, c)) for c in CANDIDATES[:2]]
+    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS) for s in shapes}
+    decoded = decode_steps(tiny, PROMPTS, 24, methods)
+    hashes = [token_hash(p) for p in PROMPTS]
+    for name, decoder in methods.items():
+        runs = [decoder.generate(tiny, p, 24) for p in PROMPTS]
+        tokens, fed = sum(len(r.tokens) for r in runs), [k for r in runs for k in r.input_tokens]
+        for curve in (FLAT, STEEP):
+            got = price(decoded[name], hashes, curve)
+            assert got["roofline"] == pytest.approx(predicted_speedup(tokens, fed, curve))
+            assert got["S"] == pytest.approx(tokens / len(fed)) and got["k_mean"] == pytest.approx(sum(fed) / len(fed))
+        # one prompt alone prices that prompt's steps only
+        assert price(decoded[name], hashes[:1], FLAT)["S"] == pytest.approx(len(runs[0].tokens) / runs[0].steps)
+
+
+def test_decode_steps_refuses_a_method_that_is_not_exact(tiny):
+    class Wrong:
+        def generate(self, backend, ids, max_new_tokens):
+            r = build_decoder("ar").generate(backend, ids, max_new_tokens)
+            r.tokens = [(r.tokens[0] + 1) % 48, *r.tokens[1:]]
+            return r
+
+    with pytest.raises(RuntimeError, match="differs from ar"):
+        decode_steps(tiny, PROMPTS, 8, {"wrong": Wrong()})
+
+
+def _run(decoded, hashes, pick, curve, tuner_curve, measured=1.5, s_offset=0.0):
+    s = price(decoded[shape_label(pick)], hashes, curve)["S"] + s_offset
+    table = [{"method": "ar", "speedup": 1.0, "S": 1.0},
+             {"method": auto_name(shape_label(pick), corpus=False), "speedup": measured, "S": s},
+             {"method": auto_name(shape_label(pick), corpus=True), "speedup": measured + 0.1, "S": s}]
+    return {"curve_s": {str(k): v for k, v in curve.items()}, "table": table,
+            "tuned": {"params": {**pick, **AUTO_FLAGS}, "curve_s": {str(k): v for k, v in tuner_curve.items()}}}
+
+
+def test_compare_run_ranks_at_the_rounds_curve_and_scales_the_measured_speedup(tiny):
+    shapes = [dict(zip(SHAPE, c)) for c in (CANDIDATES[0], CANDIDATES[-1])]
+    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS) for s in shapes}
+    decoded = decode_steps(tiny, PROMPTS, 24, methods)
+    hashes = [token_hash(p) for p in PROMPTS]
+    rows, summary = compare_run(decoded, hashes, _run(decoded, hashes, shapes[1], STEEP, FLAT))
+    assert [r["roofline"] for r in rows] == sorted((r["roofline"] for r in rows), reverse=True)
+    pick = next(r for r in rows if r["auto_pick"])
+    assert pick["method"] == shape_label(shapes[1]) and pick["estimated_speedup"] == pytest.approx(1.5)
+    for r in rows:  # each priced at the rounds' curve, and at the tuner's beside it
+        assert r["roofline"] == pytest.approx(price(decoded[r["method"]], hashes, STEEP)["roofline"])
+        assert r["roofline_tuner_curve"] == pytest.approx(price(decoded[r["method"]], hashes, FLAT)["roofline"])
+        assert r["estimated_speedup"] == pytest.approx(1.5 * r["roofline"] / pick["roofline"])
+    assert "measured 1.50x" in summary and rows[0]["method"] in summary
+
+
+def test_compare_run_refuses_other_prompts_or_steps(tiny):
+    shape = dict(zip(SHAPE, CANDIDATES[0]))
+    decoded = decode_steps(tiny, PROMPTS, 16, {shape_label(shape): build_decoder("lookahead", **shape, **AUTO_FLAGS)})
+    hashes = [token_hash(p) for p in PROMPTS]
+    with pytest.raises(ValueError, match="not the run's prompts"):
+        compare_run(decoded, hashes, _run(decoded, hashes, shape, STEEP, FLAT, s_offset=0.01))
+    run = _run(decoded, hashes, shape, STEEP, FLAT)
+    run["tuned"]["params"] = {**dict(zip(SHAPE, CANDIDATES[1])), **AUTO_FLAGS}  # a pick this oracle did not decode
+    with pytest.raises(ValueError, match="not among the decoded"):
+        compare_run(decoded, hashes, run)
