@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -199,7 +200,9 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
         fed += r.input_tokens
     return {**shape, "S": tokens / steps, "k_mean": sum(fed) / steps, "tokens": max_new_tokens,
             "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve),
-            "predicted_dear": predicted_speedup(tokens, fed, dear_curve(curve))}
+            "predicted_dear": predicted_speedup(tokens, fed, dear_curve(curve)),
+            # steps by tokens fed: so a result file can price the candidate again at any other curve
+            "fed": dict(sorted(Counter(fed).items()))}
 
 
 def dear_curve(curve: dict[int, float], factor: float = DEAR) -> dict[int, float]:

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, interp_latency
+from decoders.autotune import CANDIDATES, predicted_speedup
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.io import to_markdown
@@ -66,13 +66,8 @@ def price(per_prompt: dict[str, dict[str, Any]], hashes: list[str], curve: dict[
     """S, mean tokens fed per step and roofline speedup over ``ar`` of one method on the prompts ``hashes``
     (summed over them, as perf's table sums a method's prompts) at ``curve`` (seconds by tokens fed)."""
     tokens = sum(per_prompt[h]["tokens"] for h in hashes)
-    fed = Counter()
-    for h in hashes:
-        fed.update({int(k): n for k, n in per_prompt[h]["fed"].items()})
-    steps = sum(fed.values())
-    cost = sum(n * interp_latency(curve, k) for k, n in fed.items())
-    return {"S": tokens / steps, "k_mean": sum(k * n for k, n in fed.items()) / steps,
-            "roofline": tokens * curve[1] / cost}
+    fed = [int(k) for h in hashes for k, n in per_prompt[h]["fed"].items() for _ in range(n)]
+    return {"S": tokens / len(fed), "k_mean": sum(fed) / len(fed), "roofline": predicted_speedup(tokens, fed, curve)}
 
 
 def auto_row(table: list[dict[str, Any]]) -> dict[str, Any]:

@@ -63,6 +63,10 @@ def test_autotune_maximises_predicted_speedup(tiny):
     for row in tuned.calibration:
         assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
         assert row["predicted_dear"] == pytest.approx(row["S"] * dear[1] / interp_latency(dear, row["k_mean"]))
+        # the steps by tokens fed, kept to price the candidate again: they give back S, k and the prediction
+        fed = [k for k, n in row["fed"].items() for _ in range(n)]
+        assert sum(fed) / len(fed) == pytest.approx(row["k_mean"])
+        assert predicted_speedup(round(row["S"] * len(fed)), fed, curve) == pytest.approx(row["predicted"])
     # the finalists are picked from the screening rows (see test_finalists_...), and the choice is the best finalist
     assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in pick_finalists(screen, 3)]
     best = choose(final)
