@@ -24,11 +24,11 @@ from typing import Any
 import pandas as pd
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, predicted_speedup
+from decoders.autotune import CANDIDATES, choose, dear_curve, predicted_speedup
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.io import to_markdown
-from harness.analysis.perf_names import AUTO, CORPUS, pld_name
+from harness.analysis.perf_names import AUTO, CORPUS, PLD, pld_name
 from harness.cli_args import add_matmul_option, positive_int
 from tasks.data import SHARED_DATA_DIR
 
@@ -97,15 +97,25 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
     for name, per_prompt in decoded.items():
         at_round = price(per_prompt, hashes, curve)
         rows.append({"method": name, "S": at_round["S"], "k_mean": at_round["k_mean"],
-                     "roofline": at_round["roofline"], "roofline_tuner_curve": price(per_prompt, hashes,
-                                                                                    tuner_curve)["roofline"],
+                     "roofline": at_round["roofline"],
+                     "roofline_tuner_curve": price(per_prompt, hashes, tuner_curve)["roofline"],
                      "estimated_speedup": measured["speedup"] * at_round["roofline"] / mine["roofline"],
                      "auto_pick": name == label})
     rows.sort(key=lambda r: -r["roofline"])
     best = rows[0]
+    # the tuner's own rule (autotune.choose: near-ties to the dear curve) at its own curve, over every candidate
+    # on these prompts: where it picks well here, a bad pick came from the held-out prompts, not the pricing
+    ruled = choose([{"method": r["method"], "predicted": r["roofline_tuner_curve"],
+                     "predicted_dear": price(decoded[r["method"]], hashes, dear_curve(tuner_curve))["roofline"]}
+                    for r in rows if not r["method"].startswith(PLD)])
+    ruled_row = next(r for r in rows if r["method"] == ruled["method"])
     summary = (f"rounds at t(1) {curve[1] * 1e3:.1f} ms, tuner at {tuner_curve[1] * 1e3:.1f} ms; auto pick {label}: "
                f"measured {measured['speedup']:.2f}x, roofline {mine['roofline']:.2f}x; best roofline "
-               f"{best['method']} {best['roofline']:.2f}x, so an estimated {best['estimated_speedup']:.2f}x")
+               f"{best['method']} {best['roofline']:.2f}x, so an estimated {best['estimated_speedup']:.2f}x; "
+               f"the tuner's rule on these prompts at its curve: {ruled_row['method']} "
+               f"(roofline {ruled_row['roofline']:.2f}x)")
+    for r in rows:
+        r["tuner_rule_pick"] = r is ruled_row
     return rows, summary
 
 
@@ -124,7 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32")
     add_matmul_option(ap)
     ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
-    ap.add_argument("--out", type=Path, default=Path("results/perf/oracle"))
+    ap.add_argument("--decoded", type=Path, metavar="JSON",
+                    help="an earlier oracle result (oracle-*.json) whose decoded steps to price again, without decoding")
+    ap.add_argument("--out", type=Path, default=Path("results/oracle"))
     args = ap.parse_args(argv)
     runs = []
     for path in args.perf:
@@ -139,16 +151,26 @@ def main(argv: list[str] | None = None) -> None:
         runs.append((path, report, report["runs"][key]))
 
     backend = load_backend(args.model, dtype=args.dtype, matmul=args.matmul)
-    prompts, _ = task_prompts(args.task, args.prompts, 0, args.data_dir, backend.tokenizer)
-    print(f"decoding {len(oracle_methods())} methods on {len(prompts)} {args.task} prompts "
-          f"({backend.matmul_path})", flush=True)
-    decoded = decode_steps(backend, prompts, args.max_new_tokens, oracle_methods())
+    if args.decoded:
+        earlier = json.loads(args.decoded.read_text())
+        same = {"task": args.task, "max_new_tokens": str(args.max_new_tokens), "dtype": args.dtype}
+        if any(earlier["args"][k] != v for k, v in same.items()) or earlier["matmul_path"] != backend.matmul_path:
+            ap.error(f"{args.decoded} decoded another task, length, dtype or matmul path "
+                     f"({earlier['matmul_path']}); pass the options it ran with")
+        decoded = earlier["decoded"]
+    else:
+        prompts, _ = task_prompts(args.task, args.prompts, 0, args.data_dir, backend.tokenizer)
+        print(f"decoding {len(oracle_methods())} methods on {len(prompts)} {args.task} prompts "
+              f"({backend.matmul_path})", flush=True)
+        decoded = decode_steps(backend, prompts, args.max_new_tokens, oracle_methods())
     result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "matmul_path": backend.matmul_path,
                               "decoded": decoded, "runs": {}}
     text = []
     for path, report, run in runs:
         hashes = [token_hash(p) for p in task_prompts(args.task, report["args"]["prompts"], 0, args.data_dir,
                                                       backend.tokenizer)[0]]
+        if missing := [h for h in hashes if h not in next(iter(decoded.values()))]:
+            ap.error(f"{len(missing)} of {path}'s prompts were not decoded; decode at least its --prompts")
         rows, summary = compare_run(decoded, hashes, run)
         result["runs"][str(path)] = {"rows": rows, "summary": summary}
         text += [f"== {path}", summary, to_markdown(pd.DataFrame(rows), floatfmt=".2f"), ""]

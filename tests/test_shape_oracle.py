@@ -3,10 +3,12 @@ and checked against the perf run it is compared with."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, predicted_speedup
+from decoders.autotune import CANDIDATES, choose, dear_curve, predicted_speedup
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.perf_names import auto_name
@@ -74,6 +76,11 @@ def test_compare_run_ranks_at_the_rounds_curve_and_scales_the_measured_speedup(t
         assert r["roofline_tuner_curve"] == pytest.approx(price(decoded[r["method"]], hashes, FLAT)["roofline"])
         assert r["estimated_speedup"] == pytest.approx(1.5 * r["roofline"] / pick["roofline"])
     assert "measured 1.50x" in summary and rows[0]["method"] in summary
+    # the tuner's own rule, applied to every candidate on these prompts at the tuner's curve
+    ruled = choose([{"m": n, "predicted": price(decoded[n], hashes, FLAT)["roofline"],
+                     "predicted_dear": price(decoded[n], hashes, dear_curve(FLAT))["roofline"]} for n in decoded])
+    assert [r["method"] for r in rows if r["tuner_rule_pick"]] == [ruled["m"]]
+    assert f"at its curve: {ruled['m']}" in summary
 
 
 def test_compare_run_refuses_other_prompts_or_steps(tiny):
@@ -86,3 +93,16 @@ def test_compare_run_refuses_other_prompts_or_steps(tiny):
     run["tuned"]["params"] = {**dict(zip(SHAPE, CANDIDATES[1])), **AUTO_FLAGS}  # a pick this oracle did not decode
     with pytest.raises(ValueError, match="not among the decoded"):
         compare_run(decoded, hashes, run)
+
+
+def test_cli_refuses_a_perf_file_of_another_task_or_length(tmp_path, capsys):
+    from harness.shape_oracle import main
+
+    perf = tmp_path / "perf.json"
+    perf.write_text(json.dumps({"args": {"max_new_tokens": 256, "prompts": 4}, "runs": {"float32/mt_bench": {}}}))
+    with pytest.raises(SystemExit):
+        main(["--task", "humaneval", "--perf", str(perf)])
+    assert "holds no float32/humaneval run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--task", "mt_bench", "--perf", str(perf), "--max-new-tokens", "128"])
+    assert "ran 256 new tokens" in capsys.readouterr().err
