@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ from tasks.data import SHARED_DATA_DIR
 
 # the flags of perf's auto row (prompt and output pools, context ranking; no corpus)
 AUTO_FLAGS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
-PLDS = ((3, 10, False), (6, 10, True))  # pld's published setting, and the one with lookahead's recency rule
+PLDS = ((3, 10, False), (6, 10, True))
+CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt variance is estimated (calibration_regret)  # pld's published setting, and the one with lookahead's recency rule
 
 
 def oracle_methods() -> dict[str, Any]:
@@ -78,13 +80,40 @@ def auto_row(table: list[dict[str, Any]]) -> dict[str, Any]:
     return rows[0]
 
 
+def as_curve(stored: dict[str, float]) -> dict[int, float]:
+    """A curve as a result file stores it (JSON keys are strings) -> seconds by tokens fed."""
+    return {int(k): v for k, v in stored.items()}
+
+
+def rule_pick(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], curve: dict[int, float]) -> str:
+    """The lookahead candidate the tuner's rule (:func:`decoders.autotune.choose`: near-ties go to the dear
+    curve) keeps on the prompts ``hashes`` priced at ``curve``, all candidates in its final round."""
+    return choose([{"method": name, "predicted": price(d, hashes, curve)["roofline"],
+                    "predicted_dear": price(d, hashes, dear_curve(curve))["roofline"]}
+                   for name, d in decoded.items() if not name.startswith(PLD)])["method"]
+
+
+def calibration_regret(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], tuner_curve: dict[int, float],
+                       curve: dict[int, float], n: int, draws: int = 200, seed: int = 0) -> float:
+    """Mean over ``draws`` random draws of ``n`` of the prompts ``hashes``: the tuner's rule picks on them at
+    ``tuner_curve``, and the pick is judged on the other prompts at ``curve``, as 1 - its roofline over the
+    best candidate's. What calibrating on ``n`` prompts loses to prompt variance (and to a curve of another
+    moment, where the two curves differ); the tuner's screening round aside."""
+    rng, lost = random.Random(seed), []
+    for _ in range(draws):
+        calibration = rng.sample(hashes, n)
+        rest = [h for h in hashes if h not in calibration]
+        truth = {name: price(d, rest, curve)["roofline"] for name, d in decoded.items() if not name.startswith(PLD)}
+        lost.append(1 - truth[rule_pick(decoded, calibration, tuner_curve)] / max(truth.values()))
+    return sum(lost) / draws
+
+
 def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], run: dict[str, Any],
                 ) -> tuple[list[dict[str, Any]], str]:
     """Every decoded method priced at one perf task run's rounds' curve (and at its tuner's), sorted by the
     former; the auto pick's measured speedup scaled by each method's roofline over the pick's. Raises where
     the pick's S differs from the run's (other prompts, another length or another matmul path)."""
-    curve = {int(k): v for k, v in run["curve_s"].items()}
-    tuner_curve = {int(k): v for k, v in run["tuned"]["curve_s"].items()}
+    curve, tuner_curve = as_curve(run["curve_s"]), as_curve(run["tuned"]["curve_s"])
     pick = {k: run["tuned"]["params"][k] for k in SHAPE}
     label, measured = shape_label(pick), auto_row(run["table"])
     if label not in decoded:
@@ -103,12 +132,10 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
                      "auto_pick": name == label})
     rows.sort(key=lambda r: -r["roofline"])
     best = rows[0]
-    # the tuner's own rule (autotune.choose: near-ties to the dear curve) at its own curve, over every candidate
-    # on these prompts: where it picks well here, a bad pick came from the held-out prompts, not the pricing
-    ruled = choose([{"method": r["method"], "predicted": r["roofline_tuner_curve"],
-                     "predicted_dear": price(decoded[r["method"]], hashes, dear_curve(tuner_curve))["roofline"]}
-                    for r in rows if not r["method"].startswith(PLD)])
-    ruled_row = next(r for r in rows if r["method"] == ruled["method"])
+    # the tuner's own rule at its own curve over every candidate on these prompts: where it picks well here, a
+    # bad pick came from the held-out prompts, not the pricing
+    ruled = rule_pick(decoded, hashes, tuner_curve)
+    ruled_row = next(r for r in rows if r["method"] == ruled)
     summary = (f"rounds at t(1) {curve[1] * 1e3:.1f} ms, tuner at {tuner_curve[1] * 1e3:.1f} ms; auto pick {label}: "
                f"measured {measured['speedup']:.2f}x, roofline {mine['roofline']:.2f}x; best roofline "
                f"{best['method']} {best['roofline']:.2f}x, so an estimated {best['estimated_speedup']:.2f}x; "
@@ -172,6 +199,11 @@ def main(argv: list[str] | None = None) -> None:
         if missing := [h for h in hashes if h not in next(iter(decoded.values()))]:
             ap.error(f"{len(missing)} of {path}'s prompts were not decoded; decode at least its --prompts")
         rows, summary = compare_run(decoded, hashes, run)
+        if len(hashes) >= 2 * max(CALIBRATION_SIZES):  # enough prompts to hold some out
+            rounds_curve, tuner_curve = as_curve(run["curve_s"]), as_curve(run["tuned"]["curve_s"])
+            losses = [f"{n} at the {name} curve {calibration_regret(decoded, hashes, c, rounds_curve, n):.1%}"
+                      for name, c in (("tuner's", tuner_curve), ("rounds'", rounds_curve)) for n in CALIBRATION_SIZES]
+            summary += "\ncalibrating on n of these prompts, the pick's mean loss on the others: " + ", ".join(losses)
         result["runs"][str(path)] = {"rows": rows, "summary": summary}
         text += [f"== {path}", summary, to_markdown(pd.DataFrame(rows), floatfmt=".2f"), ""]
         print("\n".join(text[-4:]), flush=True)

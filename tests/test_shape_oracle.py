@@ -106,3 +106,25 @@ def test_cli_refuses_a_perf_file_of_another_task_or_length(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--task", "mt_bench", "--perf", str(perf), "--max-new-tokens", "128"])
     assert "ran 256 new tokens" in capsys.readouterr().err
+
+
+def test_calibration_regret_is_the_pick_s_loss_on_the_held_out_prompts():
+    """Two shapes on four prompts: the small step wins on three, the large one, by far, on the fourth. A pick
+    made on one prompt is judged on the other three, where the small step is best."""
+    from itertools import combinations
+
+    from harness.shape_oracle import calibration_regret, rule_pick
+
+    small = {f"p{i}": {"tokens": 12, "fed": {2: 8}} for i in range(4)}
+    large = {**{f"p{i}": {"tokens": 12, "fed": {16: 8}} for i in range(3)}, "p3": {"tokens": 12, "fed": {16: 1}}}
+    decoded, hashes = {"(small)": small, "(large)": large}, ["p0", "p1", "p2", "p3"]
+    curve = {1: 0.010, 2: 0.011, 16: 0.020}
+    assert rule_pick(decoded, ["p0"], curve) == "(small)" and rule_pick(decoded, ["p3"], curve) == "(large)"
+    exact = []
+    for calibration in combinations(hashes, 1):
+        rest = [h for h in hashes if h not in calibration]
+        truth = {name: price(d, rest, curve)["roofline"] for name, d in decoded.items()}
+        exact.append(1 - truth[rule_pick(decoded, list(calibration), curve)] / max(truth.values()))
+    assert exact.count(0.0) == 3 and exact[3] > 0.3  # only the draw of p3 picks wrong
+    assert calibration_regret(decoded, hashes, curve, curve, 1, draws=4000) == pytest.approx(sum(exact) / 4, rel=0.1)
+    assert calibration_regret(decoded, hashes[:3], curve, curve, 2, draws=50) == 0.0
