@@ -35,8 +35,8 @@ from tasks.data import SHARED_DATA_DIR
 
 # the flags of perf's auto row (prompt and output pools, context ranking; no corpus)
 AUTO_FLAGS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
-PLDS = ((3, 10, False), (6, 10, True))
-CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt variance is estimated (calibration_regret)  # pld's published setting, and the one with lookahead's recency rule
+PLDS = ((3, 10, False), (6, 10, True))  # pld's published setting, and the one with lookahead's recency rule
+CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt variance is estimated (calibration_regret)
 
 
 def oracle_methods() -> dict[str, Any]:
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     add_matmul_option(ap)
     ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
     ap.add_argument("--decoded", type=Path, metavar="JSON",
-                    help="an earlier oracle result (oracle-*.json) whose decoded steps to price again, without decoding")
+                    help="an earlier oracle result (oracle-*.json): price its decoded steps again, decoding nothing")
     ap.add_argument("--out", type=Path, default=Path("results/oracle"))
     args = ap.parse_args(argv)
     runs = []
@@ -180,17 +180,23 @@ def main(argv: list[str] | None = None) -> None:
     backend = load_backend(args.model, dtype=args.dtype, matmul=args.matmul)
     if args.decoded:
         earlier = json.loads(args.decoded.read_text())
-        same = {"task": args.task, "max_new_tokens": str(args.max_new_tokens), "dtype": args.dtype}
-        if any(earlier["args"][k] != v for k, v in same.items()) or earlier["matmul_path"] != backend.matmul_path:
+        same = {"task": args.task, "max_new_tokens": args.max_new_tokens, "dtype": args.dtype}
+        other = any(str(earlier["args"][k]) != str(v) for k, v in same.items())
+        if other or earlier["matmul_path"] != backend.matmul_path:
             ap.error(f"{args.decoded} decoded another task, length, dtype or matmul path "
                      f"({earlier['matmul_path']}); pass the options it ran with")
         decoded = earlier["decoded"]
+        decoded_by = earlier.get("decoded_by", earlier["args"])  # the options of the run that decoded them
     else:
         prompts, _ = task_prompts(args.task, args.prompts, 0, args.data_dir, backend.tokenizer)
         print(f"decoding {len(oracle_methods())} methods on {len(prompts)} {args.task} prompts "
               f"({backend.matmul_path})", flush=True)
         decoded = decode_steps(backend, prompts, args.max_new_tokens, oracle_methods())
-    result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "matmul_path": backend.matmul_path,
+        decoded_by = None
+    stored_args = {k: [str(x) for x in v] if isinstance(v, list) else str(v) if isinstance(v, Path) else v
+                   for k, v in vars(args).items()}
+    result: dict[str, Any] = {"args": stored_args, "decoded_by": decoded_by or stored_args,
+                              "matmul_path": backend.matmul_path,
                               "decoded": decoded, "runs": {}}
     text = []
     for path, report, run in runs:
