@@ -7,7 +7,9 @@ each candidate on perf's measured prompts prices it at any curve. Its roofline i
 prints the auto pick's roofline at the curve its rounds ran at beside every other candidate's. It also prints
 the pick's measured speedup scaled by each ratio: an estimate of what that shape would have measured in that
 run. The auto pick's S here must equal the S perf measured, which checks that the prompts and steps are the
-run's own. Nothing is timed, so the run may share the machine.
+run's own. It also says which shape the tuner's own rule picks on these prompts at the tuner's curve, and what
+calibrating on a few of them loses to prompt variance. Nothing is timed, so its figures do not depend on the
+machine's load (it still skews a timing run beside it).
 
     python -m harness.shape_oracle --task humaneval --prompts 16 \
         --perf results/perf/zen4-2026-12-06d/avx512/perf-float32-humaneval.json
