@@ -199,10 +199,15 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
         steps += r.steps
         fed += r.input_tokens
     return {**shape, "S": tokens / steps, "k_mean": sum(fed) / steps, "tokens": max_new_tokens,
-            "prompts": len(prompts), "predicted": predicted_speedup(tokens, fed, curve),
-            "predicted_dear": predicted_speedup(tokens, fed, dear_curve(curve)),
+            "prompts": len(prompts), **predictions(tokens, fed, curve),
             # steps by tokens fed: so a result file can price the candidate again at any other curve
             "fed": dict(sorted(Counter(fed).items()))}
+
+
+def predictions(tokens: int, fed: list[int], curve: dict[int, float]) -> dict[str, float]:
+    """What :func:`choose` ranks a candidate by: its predicted speedup at ``curve`` and at the dear curve (see TIE)."""
+    return {"predicted": predicted_speedup(tokens, fed, curve),
+            "predicted_dear": predicted_speedup(tokens, fed, dear_curve(curve))}
 
 
 def dear_curve(curve: dict[int, float], factor: float = DEAR) -> dict[int, float]:

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, choose, dear_curve, predicted_speedup
+from decoders.autotune import CANDIDATES, choose, predicted_speedup, predictions
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.io import to_markdown
@@ -69,9 +69,14 @@ def decode_steps(backend, prompts: list[list[int]], max_new_tokens: int,
 def price(per_prompt: dict[str, dict[str, Any]], hashes: list[str], curve: dict[int, float]) -> dict[str, float]:
     """S, mean tokens fed per step and roofline speedup over ``ar`` of one method on the prompts ``hashes``
     (summed over them, as perf's table sums a method's prompts) at ``curve`` (seconds by tokens fed)."""
-    tokens = sum(per_prompt[h]["tokens"] for h in hashes)
-    fed = [int(k) for h in hashes for k, n in per_prompt[h]["fed"].items() for _ in range(n)]
+    tokens, fed = steps(per_prompt, hashes)
     return {"S": tokens / len(fed), "k_mean": sum(fed) / len(fed), "roofline": predicted_speedup(tokens, fed, curve)}
+
+
+def steps(per_prompt: dict[str, dict[str, Any]], hashes: list[str]) -> tuple[int, list[int]]:
+    """One method's new tokens over the prompts ``hashes``, and the tokens fed by each of its steps there."""
+    tokens = sum(per_prompt[h]["tokens"] for h in hashes)
+    return tokens, [int(k) for h in hashes for k, n in per_prompt[h]["fed"].items() for _ in range(n)]
 
 
 def auto_row(table: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,8 +95,7 @@ def as_curve(stored: dict[str, float]) -> dict[int, float]:
 def rule_pick(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], curve: dict[int, float]) -> str:
     """The lookahead candidate the tuner's rule (:func:`decoders.autotune.choose`: near-ties go to the dear
     curve) keeps on the prompts ``hashes`` priced at ``curve``, all candidates in its final round."""
-    return choose([{"method": name, "predicted": price(d, hashes, curve)["roofline"],
-                    "predicted_dear": price(d, hashes, dear_curve(curve))["roofline"]}
+    return choose([{"method": name, **predictions(*steps(d, hashes), curve)}
                    for name, d in decoded.items() if not name.startswith(PLD)])["method"]
 
 

@@ -333,7 +333,7 @@ def load_small_gemm(variant: str | None = None, timeout_s: float = 600,
     return _build_once(variant, timeout_s, source_dir, _zen4(variant, zen4))
 
 
-@functools.cache  # one build or load per variant, sources, tile and process
+@functools.cache  # one build or load per variant, sources, Zen 4 build or not, and process
 def _build_once(variant: str, timeout_s: float, source_dir: Path | None, zen4: bool) -> ModuleType | None:
     return _build(variant, timeout_s, source_dir, zen4)
 
