@@ -94,7 +94,7 @@ def test_path_says_how_much_sits_in_huge_pages():
     assert describe_path(zen4, True, False, torch.float32) == (
         "kernel avx512 (AVX512, Zen 4: 6x64 tiles at 3-6 rows, no 2-row prefetch) float32 weights")
     assert describe_path(zen4, True, True, torch.float32) == (
-        "kernel avx512 (AVX512, Zen 4: no 2-row prefetch) bfloat16 weights")
+        "kernel avx512 (AVX512, Zen 4: no 1- or 2-row prefetch) bfloat16 weights")
     # a Mac whose torch lacks omp.h: the kernel runs on one thread, and the path says so
     serial = SimpleNamespace(kernel_info=SimpleNamespace(variant="baseline", isa="NEON", zen4=False,
                                                             openmp=False))

@@ -203,8 +203,8 @@ def test_describe(mod):
 
 
 def test_prefers_zen4_build_on_zen4_only():
-    """avx512's Zen 4 build (6 x 64 float32 tiles, no 2-row prefetch) paid on Zen 4 (AMD family 25) and its
-    tile cost on a Xeon and on Zen 5."""
+    """avx512's Zen 4 build (6 x 64 float32 tiles, no 2-row or 1-row bf16 prefetch) paid on Zen 4 (AMD family
+    25) and its tile cost on a Xeon and on Zen 5."""
     amd = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}
     assert K.prefers_zen4_build(amd)
     assert not K.prefers_zen4_build({**amd, "cpu family": "26"})  # Zen 5

@@ -248,7 +248,8 @@ def describe_path(kernel: Any, pack: bool, bf16_weights: bool, dtype: torch.dtyp
     if kernel is not None:
         info = kernel.kernel_info
         pages = f", {huge_bytes / 1e6:.0f} MB in 2 MB pages" if huge_bytes else ""
-        zen4 = ("" if bf16_weights else "6x64 tiles at 3-6 rows, ") + "no 2-row prefetch"  # see prefers_zen4_build
+        # see prefers_zen4_build
+        zen4 = "no 1- or 2-row prefetch" if bf16_weights else "6x64 tiles at 3-6 rows, no 2-row prefetch"
         tiles = f", Zen 4: {zen4}" if info.zen4 else ""
         threads = "" if info.openmp else ", one thread: built without OpenMP"
         return (f"kernel {info.variant} ({info.isa}{tiles}{threads}) {'bfloat16' if bf16_weights else 'float32'} "

@@ -75,7 +75,7 @@ class KernelInfo:
     vector_floats: int  # floats per vector register
     block: int  # output columns per block (a thread's unit of work)
     build_dir: str
-    zen4: bool = False  # avx512 built for Zen 4: 6 x 64 float32 3-6-row tiles, no 2-row prefetch (prefers_zen4_build)
+    zen4: bool = False  # avx512 built for Zen 4: 6 x 64 float32 3-6-row tiles, fewer prefetches (prefers_zen4_build)
     openmp: bool = True  # built with OpenMP: blocks spread over torch's threads (else one thread; see flags)
 
     def describe(self, weights: torch.dtype | str | None = None) -> str:
@@ -195,11 +195,11 @@ def cache_root() -> Path:
 
 def prefers_zen4_build(fields: dict[str, str] | None = None) -> bool:
     """Whether this CPU takes the avx512 variant's Zen 4 build (AMD family 25 with AVX-512, which runs 512-bit
-    operations as two 256-bit halves). Two choices differ there (see small_gemm.cpp):
+    operations as two 256-bit halves). Three choices differ there (see small_gemm.cpp):
     - 3-6 float32 rows in 6-row x 64-column tiles, not 12 x 32 (as bfloat16 and 7-12 rows): 0.82-0.95x on
       Zen 4; on a Xeon 1.04-1.10x, on Zen 5 1.025x;
-    - 2-row tiles without software prefetch: with it, a forward's 2-row matmuls cost 1.3x at fast memory on
-      Zen 4, where it had paid 0.85-0.97x on the Xeon."""
+    - no software prefetch in 2-row tiles (it cost 1.3x at fast memory on Zen 4, paid 0.85-0.97x on the Xeon)
+      nor in 1-row bfloat16 ones (1.06x at fast memory on Zen 4, 1.02-1.03x at slow)."""
     fields = _cpuinfo() if fields is None else fields
     if not fields:
         return False

@@ -86,8 +86,8 @@ constexpr int64_t UW = PAIRS<T> ? UWB : SW;  // columns per stored stripe of T
 // Not taken: 3-4 float32 rows walking the block's four stripes round robin in 512-byte chunks
 // (accumulators parked in L1, k order kept) ran 0.74-0.92x on Zen 3 (six A/B runs) but 1.14-1.65x
 // slower on Zen 5 with AVX2 forced, with or without prefetch, 512 or 2048-byte chunks (2026-12-03).
-// SG_ZEN4: the loader's Zen 4 build of avx512 (kernels.prefers_zen4_build). It changes two choices: this tile and
-// the 2-row prefetch (PREFETCH_2ROW, see PREFETCH_BYTES).
+// SG_ZEN4: the loader's Zen 4 build of avx512 (kernels.prefers_zen4_build). It changes three choices: this tile,
+// the 2-row prefetch (PREFETCH_2ROW, see PREFETCH_BYTES) and the 1-row bf16 one (see PREFETCH_ROW_BYTES).
 // AVX-512, float32 weights, 3-6 rows, where the loader defines SG_ZEN4 (MT_F32 > 0): 6 rows x 4 stripes
 // (NS_F32; 24 accumulators, the 4 weights of one k and a broadcast in 32 registers), without software prefetch:
 // the block streams 4 lines a k step where 12 x 2 tiles stream 2 twice (with the prefetch). Which is faster
@@ -126,8 +126,8 @@ constexpr int NS1 = 4, NS2 = 2, NS3 = 2, NSM = 2, MT_MAX = 2;
 constexpr int NS_F32 = NSM, MT_F32 = 0;  // no float32-only tile
 #endif
 
-#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
-constexpr bool PREFETCH_BF16_ROW = true;  // see PREFETCH_BYTES
+#if (defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)) && !defined(SG_ZEN4)
+constexpr bool PREFETCH_BF16_ROW = true;  // see PREFETCH_ROW_BYTES (the Zen 4 build goes without)
 #else
 constexpr bool PREFETCH_BF16_ROW = false;
 #endif
@@ -209,6 +209,10 @@ constexpr bool PREFETCH_2ROW = !ZEN4;
 // runs at 30-52 GB/s) a forward's 1-row bf16 matmuls ran 0.86-0.98x (AVX-512) and 0.86-0.97x (AVX2 forced)
 // of 2048 bytes ahead; no prefetch at all ran 0.93-0.98x of 512 with AVX-512 but 1.00-1.09x with AVX2.
 // The Xeon's and Zen 5's figures above were taken at 2048; 512 keeps a prefetch where they wanted one.
+// The Zen 4 build (SG_ZEN4, AVX-512 only) goes without: on Zen 4 (2026-12-06, a forward's 1-row bf16 matmuls,
+// one backend per build in the same process, ~5,000 interleaved rounds binned by the bandwidth probed around
+// each) they ran 0.94x of 512 ahead at 46-53 GB/s (6.39 against 6.78 ms) and 0.97-0.98x at 29-33 GB/s, and a
+// whole 1-token bf16w step 0.96x at 49 GB/s (7.62 against 7.97 ms) and 0.97x at 46 (RUNS.md, thirtieth run).
 constexpr int64_t PREFETCH_ROW_BYTES = 512;
 
 // Which cache a prefetch fills. The next block's lines (see block) go to L2: a block (147-393 KB) does not
@@ -548,7 +552,7 @@ pybind11::dict info() {
   d["k_chunk"] = KC;  // k rows per turn of block_chunked's row tiles
   d["chunked_row_tiles"] = pybind11::make_tuple(CHUNK_TILES<float>, CHUNK_TILES<bf16>);  // at most: float32, bf16
   d["subtiles"] = pybind11::make_tuple(NS1 * SW, NS2 * SW, NS3 * SW, NSM * SW);  // columns per subtile: 1, 2, 3, >3 rows
-  d["zen4"] = ZEN4;  // built for Zen 4 (SG_ZEN4): the tile below, no 2-row prefetch
+  d["zen4"] = ZEN4;  // built for Zen 4 (SG_ZEN4): the tile below, no 2-row or 1-row bf16 prefetch
   d["prefetch_2row"] = PREFETCH_2ROW;  // 2-row tiles of more than 2 stripes prefetch the stream
   if (MT_F32 > 0) d["float32_tile"] = pybind11::make_tuple(MT_F32, NS_F32 * SW);  // float32 3-MT_F32 rows: rows, columns
   return d;
