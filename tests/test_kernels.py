@@ -427,6 +427,22 @@ def test_bench_times_copies_beside_ours(tmp_path, capsys):
     assert len(rows) == 2 and all(len(r.split("|")) == 6 for r in rows)
 
 
+def test_bench_bins_rounds_by_bandwidth(capsys):
+    """``kernels.bench --bins``: one table per bandwidth range that holds rounds, their counts adding up to
+    every round; edges far above any machine's bandwidth put all rounds in the first range."""
+    from harness.runtime.kernels import bench
+
+    bench.main(["--rows", "1", "--reps", "3", "--layers", "1", "--variants", "baseline", "--no-torch",
+                "--dtypes", "fp32", "--bins", "1e6", "2e6"])
+    out = capsys.readouterr().out
+    assert "### probe 0-1e+06 GB/s: 3 of 3 rounds" in out and "1e+06-2e+06" not in out
+    assert out.count("| rows | baseline fp32 |") == 1 and "| 1 row GB/s |" in out
+    bench.main(["--rows", "1", "--reps", "4", "--layers", "1", "--variants", "baseline", "--no-torch",
+                "--dtypes", "fp32", "--bins", "1e-9"])  # every round above the edge
+    out = capsys.readouterr().out
+    assert "### probe 1e-09-inf GB/s: 4 of 4 rounds" in out and "### probe 0-" not in out
+
+
 @pytest.mark.parametrize("n", [1, 3, 8, 17, 64, 1000, 49152])
 def test_argmax_rows_is_torchs(mod, n):
     """argmax_rows gives torch.argmax's index: the first maximum, ties, -0.0 / 0.0, -inf rows, NaN first."""

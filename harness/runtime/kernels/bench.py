@@ -12,12 +12,16 @@ The reps are interleaved: each rep times every column at every row count once, s
 shared machine (memory bandwidth here swings by 2x within minutes) falls on all columns alike and
 their ratios stay comparable. ``--against DIR...`` adds a column per variant and weight type built from
 an edited copy of the kernel sources in each DIR (``cp harness/runtime/kernels/*.cpp DIR``, edit, run): an
-A/B of a kernel change in one command, instead of a throwaway script.
+A/B of a kernel change in one command, instead of a throwaway script. ``--bins 36 46`` prints one table per
+bandwidth range instead (each round placed by the probe timed in it): on a VM whose bandwidth swings between
+~30 and ~55 GB/s within minutes, a change that matters only when memory is fast shows there, and a few
+thousand short rounds (``--reps 2000 --rows 1``) fill every range.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +30,7 @@ import torch.nn.functional as F
 
 from harness.cli_args import positive_int
 from harness.runtime.kernels import available_variants, cpu_identity, cpu_line, load_small_gemm
-from harness.runtime.matmul import bandwidth_probe, round_robin
+from harness.runtime.matmul import bandwidth_probe, round_robin_samples
 
 HIDDEN, INTER, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
 LAYER_SHAPES = [(HIDDEN + 2 * KV, HIDDEN), (HIDDEN, HIDDEN), (2 * INTER, HIDDEN), (HIDDEN, INTER)]  # [out, in]
@@ -55,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
                          "interleaved; an unedited copy beside them shows the noise between identical builds")
     ap.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                     help="packed weight types to time")
+    ap.add_argument("--bins", type=float, nargs="+", default=[], metavar="GBPS",
+                    help="bandwidth edges (GB/s): one table per range, of the rounds whose probe fell in it")
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
@@ -81,13 +87,26 @@ def main(argv: list[str] | None = None) -> None:
                     for r in args.rows:
                         fns[f"{variant} {dtype}{suffix}", r] = (
                             lambda r=r, mod=mod, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed])
-        timed = round_robin(fns, args.reps, warmup=2, stat=args.stat)
-    gbs = probe_bytes / timed.pop(("probe", 0)) / 1e9
-    columns: dict[str, dict[int, float]] = {}
-    for (name, r), seconds in timed.items():
-        columns.setdefault(name, {})[r] = 1e3 * seconds
-
+        samples = round_robin_samples(fns, args.reps, warmup=2)
+    pick = min if args.stat == "min" else statistics.median
+    probe_s = samples.pop(("probe", 0))  # round i's probe: its bandwidth places the round in a range
     print(f"cpu: {cpu_line(cpu_identity())}")
+    edges = [0.0, *sorted(args.bins), float("inf")]
+    for lo, hi in zip(edges, edges[1:]):
+        rounds = [i for i, t in enumerate(probe_s) if lo <= probe_bytes / t / 1e9 < hi]
+        if not rounds:
+            continue
+        if args.bins:
+            print(f"\n### probe {lo:g}-{hi:g} GB/s: {len(rounds)} of {len(probe_s)} rounds\n")
+        columns: dict[str, dict[int, float]] = {}
+        for (name, r), ts in samples.items():
+            columns.setdefault(name, {})[r] = 1e3 * pick(ts[i] for i in rounds)
+        print_table(args, columns, probe_bytes / pick(probe_s[i] for i in rounds) / 1e9, fp32_bytes)
+
+
+def print_table(args: argparse.Namespace, columns: dict[str, dict[int, float]], gbs: float,
+                fp32_bytes: int) -> None:
+    """One markdown table: milliseconds per column and row count, 1 row against its bandwidth floor."""
     print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB, {args.stat} of the "
           f"same reps), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
