@@ -209,10 +209,10 @@ constexpr bool PREFETCH_2ROW = !ZEN4;
 // runs at 30-52 GB/s) a forward's 1-row bf16 matmuls ran 0.86-0.98x (AVX-512) and 0.86-0.97x (AVX2 forced)
 // of 2048 bytes ahead; no prefetch at all ran 0.93-0.98x of 512 with AVX-512 but 1.00-1.09x with AVX2.
 // The Xeon's and Zen 5's figures above were taken at 2048; 512 keeps a prefetch where they wanted one.
-// The Zen 4 build (SG_ZEN4, AVX-512 only) goes without: on Zen 4 (2026-12-06, a forward's 1-row bf16 matmuls,
-// one backend per build in the same process, ~5,000 interleaved rounds binned by the bandwidth probed around
-// each) they ran 0.94x of 512 ahead at 46-53 GB/s (6.39 against 6.78 ms) and 0.97-0.98x at 29-33 GB/s, and a
-// whole 1-token bf16w step 0.96x at 49 GB/s (7.62 against 7.97 ms) and 0.97x at 46 (RUNS.md, thirtieth run).
+// The Zen 4 build (SG_ZEN4, AVX-512 only) goes without: on Zen 4 (2026-12-06, both builds in one process,
+// ~5,000 interleaved rounds binned by the bandwidth probed in each, as `kernels.bench --bins` does) a forward's
+// 1-row bf16 matmuls ran 0.94x of 512 ahead at 46-53 GB/s (6.39 against 6.78 ms) and 0.97-0.98x at 29-33 GB/s,
+// and a whole 1-token bf16w step 0.96x at 49 GB/s (7.62 against 7.97 ms) and 0.97x at 46 (RUNS.md, thirtieth run).
 constexpr int64_t PREFETCH_ROW_BYTES = 512;
 
 // Which cache a prefetch fills. The next block's lines (see block) go to L2: a block (147-393 KB) does not
