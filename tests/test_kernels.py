@@ -436,11 +436,12 @@ def test_bench_bins_rounds_by_bandwidth(capsys):
                 "--dtypes", "fp32", "--bins", "1e6", "2e6"])
     out = capsys.readouterr().out
     assert "### probe 0-1e+06 GB/s: 3 of 3 rounds" in out and "1e+06-2e+06" not in out
-    assert out.count("| rows | baseline fp32 |") == 1 and "| 1 row GB/s |" in out
+    assert out.count("| rows | baseline fp32 |") == 1 and "| 1 row GB/s |" in out and "of 3 interleaved reps" in out
     bench.main(["--rows", "1", "--reps", "4", "--layers", "1", "--variants", "baseline", "--no-torch",
                 "--dtypes", "fp32", "--bins", "1e-9"])  # every round above the edge
     out = capsys.readouterr().out
     assert "### probe 1e-09-inf GB/s: 4 of 4 rounds" in out and "### probe 0-" not in out
+    assert "median of the same 4 rounds" in out
 
 
 @pytest.mark.parametrize("n", [1, 3, 8, 17, 64, 1000, 49152])

@@ -101,14 +101,15 @@ def main(argv: list[str] | None = None) -> None:
         columns: dict[str, dict[int, float]] = {}
         for (name, r), ts in samples.items():
             columns.setdefault(name, {})[r] = 1e3 * pick(ts[i] for i in rounds)
-        print_table(args, columns, probe_bytes / pick(probe_s[i] for i in rounds) / 1e9, fp32_bytes)
+        print_table(args, columns, probe_bytes / pick(probe_s[i] for i in rounds) / 1e9, fp32_bytes, len(rounds))
 
 
-def print_table(args: argparse.Namespace, columns: dict[str, dict[int, float]], gbs: float,
-                fp32_bytes: int) -> None:
-    """One markdown table: milliseconds per column and row count, 1 row against its bandwidth floor."""
+def print_table(args: argparse.Namespace, columns: dict[str, dict[int, float]], gbs: float, fp32_bytes: int,
+                rounds: int) -> None:
+    """One markdown table of ``rounds`` rounds: milliseconds per column and row count, 1 row against its
+    bandwidth floor."""
     print(f"threads {torch.get_num_threads()}, read bandwidth {gbs:.1f} GB/s (sum over 512 MB, {args.stat} of the "
-          f"same reps), {args.layers} "
+          f"same {rounds} rounds), {args.layers} "
           f"layers + LM head: {fp32_bytes / 1e6:.0f} MB float32 -> floor {fp32_bytes / gbs / 1e6:.1f} ms, "
           f"{fp32_bytes / 2e6:.0f} MB bfloat16 -> floor {fp32_bytes / 2 / gbs / 1e6:.1f} ms")
     print()
@@ -122,7 +123,7 @@ def print_table(args: argparse.Namespace, columns: dict[str, dict[int, float]], 
         print("| 1 row / floor | " + " | ".join(f"{columns[n][1] / floors[n]:.2f}x" for n in names) + " |")
         print("| 1 row GB/s | " + " | ".join(f"{floors[n] * gbs / columns[n][1]:.1f}" for n in names) + " |")
     print()
-    print(f"milliseconds per forward's matmuls ({args.stat} of {args.reps} interleaved reps after warm-up); floor = "
+    print(f"milliseconds per forward's matmuls ({args.stat} of {rounds} interleaved reps after warm-up); floor = "
           "weight bytes / read bandwidth (bf16 columns: half the bytes)"
           + "".join(f"; columns ending in {d.name}: built from the sources in {d}" for d in args.against))
 
