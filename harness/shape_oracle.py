@@ -128,6 +128,9 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
     if abs(mine["S"] - measured["S"]) > 1e-9:
         raise ValueError(f"the auto pick {label} has S {mine['S']:.4f} here against {measured['S']:.4f} in the "
                          f"run: not the run's prompts, length or matmul path")
+    # the tuner's own rule at its own curve over every candidate on these prompts: where it picks well here, a
+    # bad pick came from the held-out prompts, not the pricing
+    ruled = rule_pick(decoded, hashes, tuner_curve)
     rows = []
     for name, per_prompt in decoded.items():
         at_round = price(per_prompt, hashes, curve)
@@ -135,20 +138,15 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
                      "roofline": at_round["roofline"],
                      "roofline_tuner_curve": price(per_prompt, hashes, tuner_curve)["roofline"],
                      "estimated_speedup": measured["speedup"] * at_round["roofline"] / mine["roofline"],
-                     "auto_pick": name == label})
+                     "auto_pick": name == label, "tuner_rule_pick": name == ruled})
     rows.sort(key=lambda r: -r["roofline"])
     best = rows[0]
-    # the tuner's own rule at its own curve over every candidate on these prompts: where it picks well here, a
-    # bad pick came from the held-out prompts, not the pricing
-    ruled = rule_pick(decoded, hashes, tuner_curve)
-    ruled_row = next(r for r in rows if r["method"] == ruled)
+    ruled_row = next(r for r in rows if r["tuner_rule_pick"])
     summary = (f"rounds at t(1) {curve[1] * 1e3:.1f} ms, tuner at {tuner_curve[1] * 1e3:.1f} ms; auto pick {label}: "
                f"measured {measured['speedup']:.2f}x, roofline {mine['roofline']:.2f}x; best roofline "
                f"{best['method']} {best['roofline']:.2f}x, so an estimated {best['estimated_speedup']:.2f}x; "
                f"the tuner's rule on these prompts at its curve: {ruled_row['method']} "
                f"(roofline {ruled_row['roofline']:.2f}x)")
-    for r in rows:
-        r["tuner_rule_pick"] = r is ruled_row
     return rows, summary
 
 
