@@ -10,7 +10,7 @@ import torch
 
 from harness.runtime import kernels as K
 from harness.runtime.backend import Backend
-from harness.runtime.layer_ops import FusedOps, TorchOps, layer_ops
+from harness.runtime.layer_ops import KEY_BLOCK, FusedOps, TorchOps, block_keys, layer_ops
 from tiny import tiny_model
 
 VARIANTS = K.available_variants()  # every variant this CPU runs; baseline everywhere
@@ -57,6 +57,28 @@ def test_fused_ops_equal_the_transformers_modules(fused):
     torch.testing.assert_close(fused.act(gate_up, layer.mlp), plain.act(gate_up, layer.mlp), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@torch.inference_mode()
+def test_blocked_key_cache_holds_the_same_keys(variant):
+    """Our attention's key layout (blocks of KEY_BLOCK keys, transposed within a block) gets the bits the
+    plain layout gets, at entries that cross a block, and committing kept entries moves them alike."""
+    k, L, cap = 7, 12, 21
+    _, _, _, _, qkv, cos, sin, _ = _inputs(k)
+    kernel = K.load_small_gemm(variant)
+    plain, ours = FusedOps(kernel, 4, 2, 16, attn="sdpa"), FusedOps(kernel, 4, 2, 16, attn="kernel")
+    assert ours.key_cache_size(1, cap) == (1, 2, -(-cap // KEY_BLOCK), 16, KEY_BLOCK) and plain.key_block == 0
+    kc, vc = torch.zeros(2, cap, 16), torch.zeros(2, cap, 16)
+    kb, vb = torch.zeros(ours.key_cache_size(1, cap)[1:]), torch.zeros(2, cap, 16)
+    q = plain.rope_to_cache(qkv, cos, sin, kc, vc, L)
+    assert torch.equal(ours.rope_to_cache(qkv, cos, sin, kb, vb, L), q) and torch.equal(vb, vc)
+    assert kc[:, L : L + k].any() and torch.equal(kb, block_keys(kc))
+    src = torch.tensor([1, 3, 4, 6]) + L  # across the block boundary at 16
+    kept = kc[:, src]
+    plain.keep_keys(kc[None], src, L)
+    ours.keep_keys(kb[None], src, L)
+    assert torch.equal(kc[:, L : L + 4], kept) and torch.equal(kb, block_keys(kc))
+
+
 @torch.inference_mode()
 def test_fused_ops_are_row_invariant(fused):
     """A row's result is bitwise the same alone and among other rows (what keeps decoders exact)."""
@@ -94,7 +116,7 @@ def test_norm_and_rope_give_the_same_bits_on_every_variant(h):
         xv = x.clone()
         norms.append(kernel.add_rms_norm(xv, r, w, 1e-5))
         assert torch.equal(xv, x + r)  # the residual added in place
-        kt, vc = torch.zeros(Hkv, d, 8), torch.zeros(Hkv, 8, d)
+        kt, vc = block_keys(torch.zeros(Hkv, 8, d)), torch.zeros(Hkv, 8, d)
         ropes.append((kernel.rope_to_cache(qkv, angles.cos(), angles.sin(), kt, vc, 1, H, Hkv, True), kt))
     s = (x + r).double()
     want = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
@@ -127,7 +149,7 @@ def test_kernel_attention_matches_torch(variant, H, Hkv, d):
         for mask in (None, tree):
             additive = TorchOps(H, Hkv, d).step_mask(k, L, mask, q.dtype, q.device)
             want = [TorchOps(H, Hkv, d, attn).attend(q, kc, vc, L, additive, d**-0.5) for attn in ("sdpa", "eager")]
-            got = ours.attend(q, kc.transpose(1, 2).contiguous(), vc, L, ours.step_mask(k, L, mask, q.dtype, q.device),
+            got = ours.attend(q, block_keys(kc), vc, L, ours.step_mask(k, L, mask, q.dtype, q.device),
                               d**-0.5)  # [k, H * d]
             for ref in want:
                 torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5)
@@ -142,11 +164,11 @@ def test_kernel_attention_is_row_invariant(variant):
     ours = FusedOps(K.load_small_gemm(variant), 9, 3, 64, attn="kernel")
     for k, L in [(6, 0), (11, 45), (20, 130)]:
         q, kc, vc, tree = _attention_inputs(9, 3, 64, k, L, seed=k)
-        step = ours.attend(q, kc.transpose(1, 2).contiguous(), vc, L, tree, 0.125)
+        step = ours.attend(q, block_keys(kc), vc, L, tree, 0.125)
         for i in range(k):
             seen = torch.cat([torch.arange(L), L + tree[i].nonzero()[:, 0]])  # ends with i itself
             kc1, vc1 = kc[:, seen].contiguous(), vc[:, seen].contiguous()
-            alone = ours.attend(q[:, :, i : i + 1].contiguous(), kc1.transpose(1, 2).contiguous(), vc1,
+            alone = ours.attend(q[:, :, i : i + 1].contiguous(), block_keys(kc1), vc1,
                                 len(seen) - 1, None, 0.125)
             assert torch.equal(alone[0], step[i]), (k, L, i)
 

@@ -105,8 +105,8 @@ class Backend:
         self.counters = Counters()
         self.length = 0  # committed cache entries
         self._pending = 0  # entries written by the last forward, not yet committed
-        # keys [n_layers, n_kv, capacity, head_dim], or [n_layers, n_kv, head_dim, capacity] where our
-        # attention reads them (ops.keys_transposed); values [n_layers, n_kv, capacity, head_dim]
+        # keys [n_layers, n_kv, capacity, head_dim], or in blocks where our attention reads them
+        # (ops.key_cache_size, ops.key_block); values [n_layers, n_kv, capacity, head_dim]
         self._k_cache: torch.Tensor | None = None
         self._v_cache: torch.Tensor | None = None
         # cos, sin [capacity, head_dim] of every position the cache holds, where they depend on the
@@ -136,8 +136,8 @@ class Backend:
         if capacity > self.capacity:
             s = self.shape
             size = (s.n_layers, s.n_kv_heads, capacity, s.head_dim)
-            key_size = (s.n_layers, s.n_kv_heads, s.head_dim, capacity) if self._ops.keys_transposed else size
-            self._k_cache = torch.zeros(key_size, dtype=self.dtype, device=self.device)
+            self._k_cache = torch.zeros(self._ops.key_cache_size(s.n_layers, capacity), dtype=self.dtype,
+                                        device=self.device)
             self._v_cache = torch.zeros(size, dtype=self.dtype, device=self.device)
             self._rope = self._rope_table(capacity)
         self.length = 0
@@ -168,12 +168,8 @@ class Backend:
             n = len(keep)
             if keep != list(range(n)):  # a contiguous prefix is already in place
                 src = torch.tensor(keep, device=self.device) + self.length
-                dst = slice(self.length, self.length + n)
-                if self._ops.keys_transposed:
-                    self._k_cache[..., dst] = self._k_cache[..., src]
-                else:
-                    self._k_cache[:, :, dst] = self._k_cache[:, :, src]
-                self._v_cache[:, :, dst] = self._v_cache[:, :, src]
+                self._ops.keep_keys(self._k_cache, src, self.length)
+                self._v_cache[:, :, self.length : self.length + n] = self._v_cache[:, :, src]
         self.length += n
         self._pending = 0
 

@@ -26,12 +26,27 @@ from harness.runtime.matmul import LayerProjections, Projection
 #: ``sdpa`` (torch's fused attention) or ``eager`` (explicit matmuls and softmax).
 ATTN_CHOICES = ("auto", "kernel", "sdpa", "eager")
 
+#: Keys per block of the key cache our attention reads ([Hkv, blocks, d, KEY_BLOCK]: see ``attention.cpp``):
+#: a multiple of every build's vector (16 floats with AVX-512, 8 with AVX2 and the baseline, 4 on NEON), and
+#: a block row is one 64-byte line.
+KEY_BLOCK = 16
+
+
+def block_keys(kc: torch.Tensor, block: int = KEY_BLOCK) -> torch.Tensor:
+    """A key cache [..., capacity, d] in our attention's layout [..., ceil(capacity / block), d, block]: entry j
+    at block j // block, column j % block (zeros past capacity). For tests and benchmarks."""
+    *lead, cap, d = kc.shape
+    n = -(-cap // block)
+    padded = kc.new_zeros(*lead, n * block, d)
+    padded[..., :cap, :] = kc
+    return padded.view(*lead, n, block, d).transpose(-1, -2).contiguous()
+
 
 class TorchOps:
     """The transformers modules of the layer, as they are (any device, dtype, norm or activation), and
     torch's attention (``attn``: sdpa or eager)."""
 
-    keys_transposed = False  # the key cache is [Hkv, capacity, d], as torch's attention reads it
+    key_block = 0  # the key cache is [Hkv, capacity, d], as torch's attention reads it (see FusedOps')
     whole_forward = False  # FusedOps where it runs token ids to logits in one call (see its logits)
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "sdpa",
@@ -53,6 +68,14 @@ class TorchOps:
         o = self.attend(q, kc, vc, L, mask, layer.self_attn.scaling)  # [k, H * d]
         x, h = self.add_norm(x, proj.o(o), layer.post_attention_layernorm)
         return x, proj.down(self.act(proj.gate_up(h), layer.mlp))
+
+    def key_cache_size(self, n_layers: int, capacity: int) -> tuple[int, ...]:
+        """The shape of a key cache of ``capacity`` entries in every layer: [n_layers, Hkv, capacity, d]."""
+        return (n_layers, self.Hkv, capacity, self.d)
+
+    def keep_keys(self, k_cache: torch.Tensor, src: torch.Tensor, start: int) -> None:
+        """Copy the key cache's entries src [n] (int64) to start..start+n-1, in every layer and head."""
+        k_cache[:, :, start : start + len(src)] = k_cache[:, :, src]
 
     def run_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -126,7 +149,8 @@ class TorchOps:
 class FusedOps(TorchOps):
     """The same operations as one call each into our kernel extension (float32 CPU, LLaMA's RMSNorm and
     SiLU; see ``layer_ops.cpp``), attention too where ``attn="kernel"`` (``attention.cpp``: it reads the
-    keys transposed, [Hkv, d, capacity], so a key block's scores are whole vectors)."""
+    keys in blocks of :data:`KEY_BLOCK`, transposed within a block, so a run of keys' scores are whole
+    vectors and a block is read front to back)."""
 
     def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "kernel",
                  layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = (),
@@ -157,9 +181,20 @@ class FusedOps(TorchOps):
         return self._stack.logits(ids, positions, rope[0], rope[1], k_cache, v_cache, L, mask, logit_rows)
 
     @property
-    def keys_transposed(self) -> bool:  # type: ignore[override]
-        """Our attention reads the key cache as [Hkv, d, capacity]."""
-        return self.attn == "kernel"
+    def key_block(self) -> int:  # type: ignore[override]
+        """Our attention reads the key cache as [Hkv, blocks, d, KEY_BLOCK] (0: torch's layout)."""
+        return KEY_BLOCK if self.attn == "kernel" else 0
+
+    def key_cache_size(self, n_layers: int, capacity: int) -> tuple[int, ...]:
+        B = self.key_block
+        return (n_layers, self.Hkv, -(-capacity // B), self.d, B) if B else super().key_cache_size(n_layers, capacity)
+
+    def keep_keys(self, k_cache: torch.Tensor, src: torch.Tensor, start: int) -> None:
+        B = self.key_block
+        if not B:
+            return super().keep_keys(k_cache, src, start)
+        dst = torch.arange(start, start + len(src), device=src.device)
+        k_cache[:, :, dst // B, :, dst % B] = k_cache[:, :, src // B, :, src % B]
 
     def _bind(self, layer: torch.nn.Module, proj: LayerProjections) -> Any:
         """``layer.cpp``'s Layer: the packed weights, norms and shapes of one decoder layer."""
@@ -181,7 +216,7 @@ class FusedOps(TorchOps):
 
     def rope_to_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kc: torch.Tensor,
                       vc: torch.Tensor, L: int) -> torch.Tensor:
-        return self.kernel.rope_to_cache(qkv, cos, sin, kc, vc, L, self.H, self.Hkv, self.keys_transposed)
+        return self.kernel.rope_to_cache(qkv, cos, sin, kc, vc, L, self.H, self.Hkv, self.key_block > 0)
 
     def act(self, gate_up: torch.Tensor, mlp: torch.nn.Module) -> torch.Tensor:
         return self.kernel.silu_mul(gate_up)

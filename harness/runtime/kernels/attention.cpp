@@ -4,9 +4,9 @@
 // 300 cached entries: 25 us at 1 row, 85 at 6, where this runs 9 and 31), plus the cache views around it
 // and a copy of its output into the o-projection's layout. Here one call reads the rotated queries, the
 // layer's cache in place and the step's mask among its new tokens, and writes [k, H * d] rows for the
-// o-projection. The keys are cached transposed ([Hkv, d, capacity]), so the scores of VS consecutive
-// keys are one vector; the query rows sharing a kv head are handled together (a tile), so each key and
-// value is read once for all of them.
+// o-projection. The keys are cached in blocks of B keys, transposed within a block ([Hkv, blocks, d, B]),
+// so the scores of VS consecutive keys are one vector and a block is read front to back; the query rows
+// sharing a kv head are handled together (a tile), so each key and value is read once for all of them.
 //
 // Exactness: each (query row, head) is computed by the same operations whatever the row count or tile:
 // - a key's score is one accumulator lane summed over the head dimension in order (one fmadd each), so it
@@ -40,22 +40,14 @@ constexpr int64_t KB = 4, REGS = 32;
 #else
 constexpr int64_t KB = 2, REGS = 16;
 #endif
-// Scores read each key row (head dimension c) in runs of NB * VS keys, `cap` floats apart, which the
-// hardware prefetcher does not follow: each row is prefetched AHEAD floats (256 bytes) past the run being
-// summed. A SmolLM2 forward (cache 300, capacity 307 and 2048) ran 0.96-0.99x with the next run prefetched
-// in eight paired A/B runs (100 reps each, float32 and bf16w, AVX-512 and AVX2; EPYC Zen 5, 2026-12-03).
-// Reading each key row whole instead, the scores accumulated in L1, was 1.0-1.07x slower. The distance is
-// in bytes, not runs: AVX2's run (16 keys) is one line, and one run ahead left a layer's attention waiting
-// on memory after the weight stream had flushed its cache. In a 1-token bf16w forward with AVX2 forced
-// (EPYC Zen 5, 2026-12-03, per-stage timers, two pairs of 40 interleaved reps) the 30 attention calls took
-// 0.63-0.65 ms at 256 bytes ahead against 0.85-0.98 at 64 (one run); 128 was about the same as 256, 512 and
-// 1024 bytes 5-29% slower. AVX-512's run is 256 bytes already (there 1 KB ahead was 10-13% slower).
-#if defined(__GNUC__) || defined(__clang__)
-#define ATT_PREFETCH(p) __builtin_prefetch((p), 0, 3)
-#else
-#define ATT_PREFETCH(p) ((void)0)
-#endif
-constexpr int64_t AHEAD = 256 / int64_t(sizeof(float));
+// Why blocks: with the keys transposed whole ([Hkv, d, capacity]) a score run read d rows `capacity` floats
+// apart, which the hardware prefetcher does not follow (a 256-byte software prefetch ahead of each row hid
+// part of it). A block's d rows are one contiguous run (4 KB at B = 16, d = 64), read front to back. Against
+// that layout, same results bit for bit (EPYC Zen 4, 2026-12-06, SmolLM2 shapes, cache 300): 30 layers'
+// calls 0.77-0.96x with AVX2 and 0.87-0.98x with AVX-512 at 1, 6 and 11 tokens; a whole step 0.95-0.97x at
+// 1 token with AVX2 forced, 0.98-0.99x with AVX-512, 0.98-1.00x at 6 and 11 (float32 and bf16w, paired
+// interleaved rounds; an identical build ran within 0.01 of it). Software prefetches 256 bytes to 2 KB ahead
+// in a block, or of the values while scoring, gained nothing more.
 
 // query rows of one kv head handled together (score_all's switch covers 1..RT). AVX-512 holds 6 rows x
 // KB key vectors of scores (24 accumulators): fewer tiles re-read the keys and values. SmolLM2 shapes,
@@ -84,20 +76,21 @@ struct Tile {
 // s[r * S + j]: lane l of a block holds key j's score, summed over c = 0..d-1 in order by one fmadd each,
 // then scaled. A key's score therefore does not depend on its lane or block, nor on the other keys or rows.
 // R, NB: compile-time, so the accumulators stay in registers.
+// kt: the kv head's key blocks [blocks, d, B]; VS divides B and j0, so a vector's keys share a block row.
 template <int64_t R, int64_t NB, bool PART = false>
-inline void score_keys(const Tile& t, const float* kt, int64_t cap, int64_t d, int64_t j0, int64_t n,
+inline void score_keys(const Tile& t, const float* kt, int64_t B, int64_t d, int64_t j0, int64_t n,
                        const Vec& scale, float* s, int64_t S) {
   Vec acc[R][NB];
   for (int64_t r = 0; r < R; ++r)
     for (int64_t b = 0; b < NB; ++b) acc[r][b] = Vec(0.f);
+  const float* run[NB];  // key vector b's entries in row c = 0 of its block
+  for (int64_t b = 0; b < NB; ++b) {
+    const int64_t j = j0 + b * VS;
+    run[b] = kt + (j / B) * d * B + j % B;
+  }
   for (int64_t c = 0; c < d; ++c) {
-    const float* col = kt + c * cap + j0;
     Vec key[NB];
-    for (int64_t b = 0; b < NB; ++b) key[b] = PART ? Vec::loadu(col, n) : Vec::loadu(col + b * VS);
-    if constexpr (!PART)  // later keys of this row: rows lie `cap` floats apart, one short run each per block
-      for (int64_t off = 0; off < NB * VS; off += 64 / int64_t(sizeof(float)))  // as an integer: past the cache's
-        ATT_PREFETCH(reinterpret_cast<const void*>(                             // end a prefetch is a no-op
-            reinterpret_cast<uintptr_t>(col) + uintptr_t((AHEAD + off) * int64_t(sizeof(float)))));
+    for (int64_t b = 0; b < NB; ++b) key[b] = PART ? Vec::loadu(run[b] + c * B, n) : Vec::loadu(run[b] + c * B);
     for (int64_t r = 0; r < R; ++r) {
       const Vec qc(t.q[r][c]);
       for (int64_t b = 0; b < NB; ++b) acc[r][b] = at::vec::fmadd(qc, key[b], acc[r][b]);
@@ -111,11 +104,11 @@ inline void score_keys(const Tile& t, const float* kt, int64_t cap, int64_t d, i
 }
 
 template <int64_t R>
-void score_all(const Tile& t, const float* kt, int64_t cap, int64_t d, int64_t S, const Vec& scale, float* s) {
+void score_all(const Tile& t, const float* kt, int64_t B, int64_t d, int64_t S, const Vec& scale, float* s) {
   int64_t j0 = 0;
-  for (; j0 + KB * VS <= S; j0 += KB * VS) score_keys<R, KB>(t, kt, cap, d, j0, KB * VS, scale, s, S);
-  for (; j0 + VS <= S; j0 += VS) score_keys<R, 1>(t, kt, cap, d, j0, VS, scale, s, S);
-  if (j0 < S) score_keys<R, 1, true>(t, kt, cap, d, j0, S - j0, scale, s, S);
+  for (; j0 + KB * VS <= S; j0 += KB * VS) score_keys<R, KB>(t, kt, B, d, j0, KB * VS, scale, s, S);
+  for (; j0 + VS <= S; j0 += VS) score_keys<R, 1>(t, kt, B, d, j0, VS, scale, s, S);
+  if (j0 < S) score_keys<R, 1, true>(t, kt, B, d, j0, S - j0, scale, s, S);
 }
 
 // out[r] = sum over row r's visible keys j (cache order) of p[r][j] * values[j], den[r] = sum of p[r][j]:
@@ -172,17 +165,27 @@ void weigh_values(const Tile& t, const float* p, int64_t S, const float* values,
   }
 }
 
+// Kept out of line: inlined into attend's loop (GCC 13, AVX2: 16 vector registers) its weighted values ran
+// 1.5x slower, a 6-row call at cache 300 1.35x (EPYC Zen 4, 2026-12-06).
+#if defined(__GNUC__) || defined(__clang__)
+#define ATT_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define ATT_NOINLINE __declspec(noinline)
+#else
+#define ATT_NOINLINE
+#endif
+
 // The whole tile: scores, softmax over each row's visible keys, weighted values, normalised.
-void attend_tile(const Tile& t, const float* kt, const float* values, int64_t cap, int64_t S, int64_t L, float scale,
-                 int64_t d, float* s) {
+ATT_NOINLINE void attend_tile(const Tile& t, const float* kt, const float* values, int64_t B, int64_t S, int64_t L,
+                              float scale, int64_t d, float* s) {
   const Vec sv(scale);
   switch (t.R) {  // RT == 4 or 6
-    case 1: score_all<1>(t, kt, cap, d, S, sv, s); break;
-    case 2: score_all<2>(t, kt, cap, d, S, sv, s); break;
-    case 3: score_all<3>(t, kt, cap, d, S, sv, s); break;
-    case 4: score_all<4>(t, kt, cap, d, S, sv, s); break;
-    case 5: score_all<std::min<int64_t>(5, RT)>(t, kt, cap, d, S, sv, s); break;
-    default: score_all<RT>(t, kt, cap, d, S, sv, s); break;
+    case 1: score_all<1>(t, kt, B, d, S, sv, s); break;
+    case 2: score_all<2>(t, kt, B, d, S, sv, s); break;
+    case 3: score_all<3>(t, kt, B, d, S, sv, s); break;
+    case 4: score_all<4>(t, kt, B, d, S, sv, s); break;
+    case 5: score_all<std::min<int64_t>(5, RT)>(t, kt, B, d, S, sv, s); break;
+    default: score_all<RT>(t, kt, B, d, S, sv, s); break;
   }
   for (int64_t r = 0; r < t.R; ++r) {
     float* sr = s + r * S;
@@ -216,20 +219,21 @@ void attend_tile(const Tile& t, const float* kt, const float* values, int64_t ca
 
 }  // namespace
 
-// q [1, H, k, d] rotated queries; kt [Hkv, d, capacity] the layer's keys (transposed: see score_keys),
-// vc [Hkv, capacity, d] its values, the committed entries 0..L-1 and this step's k new ones at L..L+k-1;
-// mask [k, k] bool (True: new token i sees new token j), None = causal. Returns [k, H * d]: row i holds
-// head h's output at columns h*d..h*d+d.
+// q [1, H, k, d] rotated queries; kt [Hkv, blocks, d, B] the layer's keys (in blocks: see score_keys;
+// blocks * B >= capacity, B a multiple of the vector size), vc [Hkv, capacity, d] its values, the
+// committed entries 0..L-1 and this step's k new ones at L..L+k-1; mask [k, k] bool (True: new token i
+// sees new token j), None = causal. Returns [k, H * d]: row i holds head h's output at columns h*d..h*d+d.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                   const c10::optional<at::Tensor>& mask, double scale) {
   TORCH_CHECK(q.scalar_type() == at::kFloat && q.is_contiguous() && q.dim() == 4 && q.size(0) == 1 && q.device().is_cpu(),
               "attend: q must be a contiguous float32 CPU tensor [1, H, k, d]");
-  TORCH_CHECK(kt.scalar_type() == at::kFloat && kt.is_contiguous() && kt.dim() == 3 && vc.scalar_type() == at::kFloat &&
+  TORCH_CHECK(kt.scalar_type() == at::kFloat && kt.is_contiguous() && kt.dim() == 4 && vc.scalar_type() == at::kFloat &&
                   vc.is_contiguous() && vc.dim() == 3,
-              "attend: the caches must be contiguous float32, keys [Hkv, d, capacity], values [Hkv, capacity, d]");
-  const int64_t H = q.size(1), k = q.size(2), d = q.size(3), Hkv = vc.size(0), cap = vc.size(1);
-  TORCH_CHECK(vc.size(2) == d && kt.size(0) == Hkv && kt.size(1) == d && kt.size(2) == cap && H % Hkv == 0,
+              "attend: the caches must be contiguous float32, keys [Hkv, blocks, d, B], values [Hkv, capacity, d]");
+  const int64_t H = q.size(1), k = q.size(2), d = q.size(3), Hkv = vc.size(0), cap = vc.size(1), B = kt.size(3);
+  TORCH_CHECK(vc.size(2) == d && kt.size(0) == Hkv && kt.size(2) == d && kt.size(1) * B >= cap && H % Hkv == 0,
               "attend: heads or head size of q and the caches disagree");
+  TORCH_CHECK(B % VS == 0, "attend: keys per block (", B, ") must be a multiple of the vector size ", VS);
   TORCH_CHECK(L >= 0 && L + k <= cap, "attend: cache overflow");
   std::vector<char> causal;
   const bool* vis = nullptr;
@@ -264,7 +268,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
         t.vis[r] = vis + i * k;
         t.out[r] = op + i * H * d + h * d;
       }
-      attend_tile(t, kp + g * d * cap, vp + g * cap * d, cap, S, L, fscale, d, scores.data());
+      attend_tile(t, kp + g * kt.size(1) * d * B, vp + g * cap * d, B, S, L, fscale, d, scores.data());
     }
   });
   return out;

@@ -5,7 +5,7 @@ Two tables, medians of ``--reps`` after a warm-up, every path timed round-robin 
 shared machine hits all of them alike:
 
 - one attention call with SmolLM2-135M's shapes (9 query heads, 3 kv heads, head size 64): our kernel's
-  ``attend`` (keys cached transposed) against ``F.scaled_dot_product_attention`` with the additive mask
+  ``attend`` (keys cached in blocks) against ``F.scaled_dot_product_attention`` with the additive mask
   the backend gives it, at several cache lengths and query rows;
 - a whole SmolLM2 forward of k tokens after ``--cache-len`` entries, per weight mode: ``attn=sdpa`` (our
   matmuls and fused operations, one call each, torch's attention) against ``attn=kernel`` (our attention,
@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from harness.cli_args import positive_int
 from harness.runtime.kernels import load_small_gemm
+from harness.runtime.layer_ops import block_keys
 from harness.runtime.matmul import round_robin
 
 H, HKV, D = 9, 3, 64  # SmolLM2-135M's attention
@@ -31,7 +32,7 @@ def attention_table(lengths: list[int], rows: list[int], reps: int) -> list[str]
     g = torch.Generator().manual_seed(0)
     cap = max(lengths) + max(rows)
     kc, vc = torch.randn(HKV, cap, D, generator=g), torch.randn(HKV, cap, D, generator=g)
-    kt = kc.transpose(1, 2).contiguous()
+    kt = block_keys(kc)
     lines = ["| cache | rows | kernel us | sdpa us | sdpa / kernel |", "|---:|---:|---:|---:|---:|"]
     for L in lengths:
         for k in rows:

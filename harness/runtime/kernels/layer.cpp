@@ -19,7 +19,7 @@
 at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out);
 at::Tensor add_rms_norm(at::Tensor x, const c10::optional<at::Tensor>& r, const at::Tensor& w, double eps);
 at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor kc,
-                         at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_transposed);
+                         at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_blocked);
 at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                   const c10::optional<at::Tensor>& mask, double scale);
 at::Tensor silu_mul(const at::Tensor& gu);
@@ -40,7 +40,7 @@ struct Proj {
 };
 
 // A LLaMA decoder layer: RMSNorm -> fused qkv -> RoPE + cache write -> attention -> o -> residual + RMSNorm
-// -> fused gate_up -> SiLU * up -> down. Keys are cached transposed ([Hkv, d, capacity]), as attend reads them.
+// -> fused gate_up -> SiLU * up -> down. Keys are cached in blocks ([Hkv, blocks, d, B]), as attend reads them.
 class Layer {
  public:
   Layer(at::Tensor in_norm, double in_eps, at::Tensor post_norm, double post_eps, at::Tensor qkv, int64_t n_qkv,
@@ -132,12 +132,12 @@ class Stack {
     return head_(add_rms_norm(x, add, norm_, eps_));
   }
 
-  // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, d, capacity] and vc
+  // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, blocks, d, B] and vc
   // [n_layers, Hkv, capacity, d] the caches; the rest as Layer::forward. Returns what the last layer adds.
   c10::optional<at::Tensor> forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& kt,
                                     const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask) const {
     const auto n = static_cast<int64_t>(layers_.size());
-    TORCH_CHECK(kt.dim() == 4 && vc.dim() == 4 && kt.size(0) == n && vc.size(0) == n,
+    TORCH_CHECK(kt.dim() == 5 && vc.dim() == 4 && kt.size(0) == n && vc.size(0) == n,
                 "Stack: caches must be [n_layers, ...] for ", n, " layers");
     c10::optional<at::Tensor> add;
     for (int64_t i = 0; i < n; ++i)

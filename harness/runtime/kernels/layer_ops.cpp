@@ -91,18 +91,19 @@ at::Tensor add_rms_norm(at::Tensor x, const c10::optional<at::Tensor>& r, const 
 }
 
 // qkv [k, (H + 2 Hkv) d] -> q [1, H, k, d] rotated; k rotated and v written to the layer's cache
-// vc [Hkv, capacity, d] and kc (the same, or [Hkv, d, capacity] when keys_transposed: the layout our
-// attention reads) at entries L..L+k. cos/sin [k, d] for the k positions.
+// vc [Hkv, capacity, d] and kc (the same, or [Hkv, blocks, d, B] when keys_blocked: the layout our
+// attention reads, entry j at block j / B, column j % B) at entries L..L+k. cos/sin [k, d] for the k positions.
 at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor kc,
-                         at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_transposed) {
+                         at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_blocked) {
   check_f32(qkv, "rope_to_cache: qkv", 2);
   check_f32(cos, "rope_to_cache: cos", 2);
   check_f32(sin, "rope_to_cache: sin", 2);
-  check_f32(kc, "rope_to_cache: key cache", 3);
+  check_f32(kc, "rope_to_cache: key cache", keys_blocked ? 4 : 3);
   check_f32(vc, "rope_to_cache: value cache", 3);
   const int64_t k = qkv.size(0), d = vc.size(2), half = d / 2, cap = vc.size(1);
-  const bool kc_ok = keys_transposed ? (kc.size(0) == Hkv && kc.size(1) == d && kc.size(2) == cap)
-                                     : kc.sizes() == vc.sizes();
+  const int64_t B = keys_blocked ? kc.size(3) : 0;
+  const bool kc_ok = keys_blocked ? (kc.size(0) == Hkv && kc.size(1) * B >= cap && kc.size(2) == d)
+                                  : kc.sizes() == vc.sizes();
   TORCH_CHECK(d % 2 == 0 && qkv.size(1) == (H + 2 * Hkv) * d && vc.size(0) == Hkv && kc_ok,
               "rope_to_cache: qkv, heads and cache shapes disagree");
   TORCH_CHECK(cos.size(0) == k && cos.size(1) == d && sin.sizes() == cos.sizes(), "rope_to_cache: cos/sin must be [k, d]");
@@ -131,9 +132,10 @@ at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at:
     const float* s = sp + i * d;
     for (int64_t hh = 0; hh < H; ++hh) rotate(row + hh * d, c, s, qp + (hh * k + i) * d);
     for (int64_t hh = 0; hh < Hkv; ++hh) {
-      if (keys_transposed) {  // entry L+i of column c of head hh's [d, capacity] keys
+      if (keys_blocked) {  // entry L+i: column (L+i) % B of block (L+i) / B of head hh's [blocks, d, B] keys
         rotate(row + (H + hh) * d, c, s, key.data());
-        for (int64_t j = 0; j < d; ++j) kp[(hh * d + j) * cap + L + i] = key[j];
+        float* dst = kp + ((hh * kc.size(1) + (L + i) / B) * d) * B + (L + i) % B;
+        for (int64_t j = 0; j < d; ++j) dst[j * B] = key[j];
       } else {
         rotate(row + (H + hh) * d, c, s, kp + (hh * cap + L + i) * d);
       }
@@ -222,7 +224,7 @@ void register_layer_ops(pybind11::module_& m) {
         pybind11::arg("r"), pybind11::arg("w"), pybind11::arg("eps"));
   m.def("rope_to_cache", &rope_to_cache, "rotate q and k, write k and v to the layer's cache, return q [1, H, k, d]",
         pybind11::arg("qkv"), pybind11::arg("cos"), pybind11::arg("sin"), pybind11::arg("kc"), pybind11::arg("vc"),
-        pybind11::arg("L"), pybind11::arg("H"), pybind11::arg("Hkv"), pybind11::arg("keys_transposed") = false);
+        pybind11::arg("L"), pybind11::arg("H"), pybind11::arg("Hkv"), pybind11::arg("keys_blocked") = false);
   m.def("silu_mul", &silu_mul, "silu(gate) * up from the fused gate_up output", pybind11::arg("gate_up"));
   m.def("argmax_rows", &argmax_rows, "each row's argmax as a list (torch.argmax's: first maximum, NaN counts as max)",
         pybind11::arg("x"));
