@@ -63,7 +63,7 @@ constexpr int64_t RT = 4;
 #endif
 
 // One tile: rows r = 0..R-1 (R <= RT) of one kv head, row r's query q[r] (d floats), its new-key
-// visibility vis[r] (k bools) and output out[r]; kt [d, cap] the kv head's keys, transposed, values
+// visibility vis[r] (k bools) and output out[r]; kt [blocks, d, B] the kv head's key blocks, values
 // [cap, d]; s [RT, S] scratch for the scores.
 struct Tile {
   const float* q[RT];
