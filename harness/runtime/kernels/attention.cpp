@@ -165,7 +165,7 @@ void weigh_values(const Tile& t, const float* p, int64_t S, const float* values,
   }
 }
 
-// Kept out of line: inlined into attend's loop (GCC 13, AVX2: 16 vector registers) its weighted values ran
+// Kept out of line: inlined into attend's loop (GCC 12, AVX2: 16 vector registers) its weighted values ran
 // 1.5x slower, a 6-row call at cache 300 1.35x (EPYC Zen 4, 2026-12-06).
 #if defined(__GNUC__) || defined(__clang__)
 #define ATT_NOINLINE __attribute__((noinline))
