@@ -264,3 +264,36 @@ def test_bf16w_is_exact_and_equals_its_float32_twin():
     for name, params in [("jacobi", {"window": 4}), ("pld", {}), ("lookahead", {"W": 3, "N": 3, "G": 3}),
                          ("lookahead", {"W": 1, "N": 3, "G": 2, "pool_from_output": True, "text_ngram": 5})]:
         assert build_decoder(name, **params).generate(narrow, prompt, 30).tokens == ref, (name, params)
+
+def test_silu_in_the_gate_up_matmul_changes_no_bit(monkeypatch):
+    """Where our kernel runs a plain SiLU MLP, gate_up applies SiLU * up itself (Projection.glu, the kernel's
+    swiglu): the logits are bitwise those of the separate silu_mul. Not with MLP biases, nor with an
+    intermediate size that is not whole 32-column half-blocks, nor on the library path."""
+    import harness.runtime.backend as backend_module
+
+    model = tiny_model(3)
+    glu = Backend(model, tokenizer=None, name="tiny")
+    assert all(p.gate_up.glu for p in glu._proj)
+    monkeypatch.setattr(backend_module, "glu_fits", lambda model, kernel: False)
+    plain = Backend(model, tokenizer=None, name="tiny")
+    assert not any(p.gate_up.glu for p in plain._proj)
+    ids = torch.randint(4, 48, (30,), generator=torch.Generator().manual_seed(8))
+    tree = torch.ones(6, 6, dtype=torch.bool).tril()
+    tree[3:, 1:3] = False
+    for be in (glu, plain):
+        be.reset(64)
+    for ids_, pos, mask in ((ids[:20], torch.arange(20), None), (ids[20:21], torch.arange(20, 21), None),
+                            (ids[21:27], torch.arange(21, 27), tree)):
+        assert torch.equal(glu.forward(ids_, pos, mask), plain.forward(ids_, pos, mask))
+        glu.commit()
+        plain.commit()
+    monkeypatch.undo()
+    from harness.runtime.layer_ops import glu_fits
+    kernel = glu._kernel
+    assert glu_fits(model, kernel) and not glu_fits(model, None)
+    assert not glu_fits(tiny_model(3, bias=True), kernel)  # MLP biases
+    odd = tiny_model(3)
+    for layer in odd.model.layers:  # an intermediate size of 48: one and a half half-blocks
+        layer.mlp.gate_proj = torch.nn.Linear(64, 48, bias=False)
+    assert not glu_fits(odd, kernel)
+    assert not any(p.gate_up.glu for p in Backend(model, tokenizer=None, name="t", matmul="library")._proj)

@@ -463,3 +463,33 @@ def test_argmax_rows_is_torchs(mod, n):
     assert mod.argmax_rows(x) == x.argmax(-1).tolist()
     for i in range(len(rows)):
         assert mod.argmax_rows(x[i : i + 1].contiguous()) == [int(x[i].argmax())]
+
+
+# intermediate sizes of one half-block, a few blocks and SmolLM2's; K odd, short and SmolLM2's
+@pytest.mark.parametrize("inter,k", [(32, 37), (96, 1), (128, 64), (1536, 576)])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_swiglu_is_silu_mul_of_linear_bitwise(mod, inter, k, bf16):
+    """swiglu (gate_up packed with glu=True, SiLU * up applied per block by the thread that computed it) gives
+    bitwise silu_mul(linear(...)) on the plainly packed weight, at every row count, alone or among other
+    rows, with any number of threads; a weight or width that is not whole blocks is refused."""
+    g = torch.Generator().manual_seed(inter + k)
+    w = torch.randn(2 * inter, k, generator=g) * k ** -0.5
+    x = torch.randn(40, k, generator=g) * 3
+    plain, glu = mod.pack(w, bf16=bf16), mod.pack(w, bf16=bf16, glu=True)
+    want = mod.silu_mul(mod.linear(x, plain, 2 * inter))  # [40, inter]
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            for rows in (1, 2, 3, 5, 6, 7, 12, 13, 40):
+                got = mod.swiglu(x[:rows].contiguous(), glu, 2 * inter)
+                assert got.shape == (rows, inter) and torch.equal(got, want[:rows]), (threads, rows)
+            for i in (0, 6, 39):
+                assert torch.equal(mod.swiglu(x[i : i + 1].contiguous(), glu, 2 * inter)[0], want[i]), i
+    finally:
+        torch.set_num_threads(before)
+    assert mod.swiglu(torch.empty(0, k), glu, 2 * inter).shape == (0, inter)
+    with pytest.raises(RuntimeError, match="multiple of 64"):
+        mod.pack(torch.randn(2 * inter + 32, k), glu=True)
+    with pytest.raises(RuntimeError, match="whole blocks of gates and ups"):
+        mod.swiglu(x, glu, 2 * inter - 64)

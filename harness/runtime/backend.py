@@ -24,7 +24,7 @@ import torch
 
 from harness.runtime.arena import WeightArena
 from harness.runtime.flops import forward_flops, model_shape
-from harness.runtime.layer_ops import ATTN_CHOICES, layer_ops
+from harness.runtime.layer_ops import ATTN_CHOICES, glu_fits, layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral")
@@ -84,7 +84,8 @@ class Backend:
         kernel = select_kernel(matmul, model)
         self._kernel = kernel  # also for argmax
         arena = WeightArena.for_model(model) if kernel is not None else None  # 2 MB pages where offered
-        self._proj = [layer_projections(layer, pack, kernel, bf16_weights, arena) for layer in model.model.layers]
+        glu = glu_fits(model, kernel)  # SiLU * up inside the gate_up matmuls
+        self._proj = [layer_projections(layer, pack, kernel, bf16_weights, arena, glu) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights, arena)
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
         self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,

@@ -67,7 +67,8 @@ class TorchOps:
         q = self.rope_to_cache(proj.qkv(h), cos, sin, kc, vc, L)  # [1, H, k, d]
         o = self.attend(q, kc, vc, L, mask, layer.self_attn.scaling)  # [k, H * d]
         x, h = self.add_norm(x, proj.o(o), layer.post_attention_layernorm)
-        return x, proj.down(self.act(proj.gate_up(h), layer.mlp))
+        gate_up = proj.gate_up(h)  # [k, 2 I], or where the kernel applies SiLU * up itself (glu) [k, I]
+        return x, proj.down(gate_up if proj.gate_up.glu else self.act(gate_up, layer.mlp))
 
     def key_cache_size(self, n_layers: int, capacity: int) -> tuple[int, ...]:
         """The shape of a key cache of ``capacity`` entries in every layer: [n_layers, Hkv, capacity, d]."""
@@ -203,7 +204,7 @@ class FusedOps(TorchOps):
                 norm_post.weight.detach().contiguous(), norm_post.variance_epsilon]
         for p in proj.all():  # qkv, o, gate_up, down
             args += [p.small, p.out_features, p.bias]
-        return self.kernel.Layer(*args, self.H, self.Hkv, layer.self_attn.scaling)
+        return self.kernel.Layer(*args, self.H, self.Hkv, layer.self_attn.scaling, proj.gate_up.glu)
 
     def run_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, L: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -235,6 +236,27 @@ class FusedOps(TorchOps):
         return self.kernel.attend(q, kc, vc, L, mask, scale)
 
 
+def fused_ops_fit(model: torch.nn.Module, kernel: Any) -> bool:
+    """Whether :class:`FusedOps` implements the model's layers: our kernel runs, and they are the plain LLaMA
+    ones (RMSNorm with ``variance_epsilon``, a SiLU MLP)."""
+    layer = model.model.layers[0]
+    return (kernel is not None and getattr(model.config, "hidden_act", None) == "silu"
+            and all(hasattr(norm, "variance_epsilon") and hasattr(norm, "weight")
+                    for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm)))
+
+
+def glu_fits(model: torch.nn.Module, kernel: Any) -> bool:
+    """Whether our kernel's gate_up matmuls can apply SiLU * up themselves (``Projection.glu``, its ``swiglu``):
+    :func:`fused_ops_fit`, MLPs without biases, and an intermediate size of whole half-blocks (32 columns).
+    Why: SiLU as a pass of its own read the half of gate_up that the other thread wrote (see small_gemm.cpp's
+    swiglu_block)."""
+    if not fused_ops_fit(model, kernel):
+        return False
+    half = kernel.info()["block"] // 2
+    return all(m.gate_proj.bias is None and m.up_proj.bias is None and m.gate_proj.out_features % half == 0
+               for m in (layer.mlp for layer in model.model.layers))
+
+
 def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int,
               attn: str = "auto", projections: Sequence[LayerProjections] = (),
               lm_head: Projection | None = None) -> TorchOps:
@@ -245,13 +267,7 @@ def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int
     for FusedOps' whole forward."""
     if attn not in ATTN_CHOICES:
         raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
-    layer = model.model.layers[0]
-    fits = (
-        kernel is not None
-        and getattr(model.config, "hidden_act", None) == "silu"
-        and all(hasattr(norm, "variance_epsilon") and hasattr(norm, "weight")
-                for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm))
-    )
+    fits = fused_ops_fit(model, kernel)
     if attn == "kernel" and not fits:
         raise ValueError("attn=kernel needs our kernel's fused layer ops: a float32 or bf16w LLaMA model on CPU "
                          "with matmul=auto or a kernel variant; use attn=auto or attn=sdpa")

@@ -49,13 +49,16 @@ class Projection:
     bias: torch.Tensor | None = None  # [out], with the packed and kernel paths
     small: torch.Tensor | None = None  # column stripes packed for our kernel (float32 [ceil(out/64)*4, in, 16])
     kernel: Any = None  # the compiled module that reads ``small``
+    # gate/up packed in the kernel's glu layout: a call returns silu(gate) * up [k, out / 2] (its swiglu)
+    glu: bool = False
 
     @classmethod
     def of(cls, linears: tuple[torch.nn.Linear, ...], pack: bool, kernel: Any = None,
-           bf16_weights: bool = False, arena: WeightArena | None = None) -> Projection:
+           bf16_weights: bool = False, arena: WeightArena | None = None, glu: bool = False) -> Projection:
         """``pack``: use the oneDNN/MKL CPU paths; ``kernel``: our few-row kernel, which then replaces
         them, with its packed weights stored in bfloat16 when ``bf16_weights`` (half the bytes a step reads)
-        and, given an ``arena``, moved into it (2 MB pages: see harness.runtime.arena)."""
+        and, given an ``arena``, moved into it (2 MB pages: see harness.runtime.arena). ``glu``: the linears
+        are (gate, up) without biases, and the kernel's call applies SiLU (see layer_ops.glu_fits)."""
         if kernel is None and not pack:
             return cls(linears)
         with torch.inference_mode():
@@ -66,8 +69,9 @@ class Projection:
                 bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
                                   for m in linears])
             if kernel is not None:
-                small = kernel.pack(weight, bf16_weights)
-                return cls(linears, bias=bias, small=small if arena is None else arena.take(small), kernel=kernel)
+                small = kernel.pack(weight, bf16_weights, glu)
+                return cls(linears, bias=bias, small=small if arena is None else arena.take(small), kernel=kernel,
+                           glu=glu)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
         # only float32 runs 1-2 rows as W @ x^T
         return cls(linears, weight if weight.dtype == torch.float32 else None, packed, bias)
@@ -85,6 +89,8 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         k = x.shape[0]
+        if self.glu:
+            return self.kernel.swiglu(x.contiguous(), self.small, self.out_features)  # [k, out / 2]
         if self.small is not None:
             y = self.kernel.linear(x.contiguous(), self.small, self.out_features)  # [k, out]
             return y if self.bias is None else y + self.bias
@@ -202,13 +208,14 @@ class LayerProjections:
         return self.qkv, self.o, self.gate_up, self.down
 
 
-def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None,
-                      bf16_weights: bool = False, arena: WeightArena | None = None) -> LayerProjections:
+def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None, bf16_weights: bool = False,
+                      arena: WeightArena | None = None, glu: bool = False) -> LayerProjections:
+    """The layer's four matmuls; with ``glu``, gate_up applies SiLU * up in our kernel (see layer_ops.glu_fits)."""
     att, mlp = layer.self_attn, layer.mlp
     return LayerProjections(  # packed in the forward's order: the arena lays them out in it
         qkv=Projection.of((att.q_proj, att.k_proj, att.v_proj), pack, kernel, bf16_weights, arena),
         o=Projection.of((att.o_proj,), pack, kernel, bf16_weights, arena),
-        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel, bf16_weights, arena),
+        gate_up=Projection.of((mlp.gate_proj, mlp.up_proj), pack, kernel, bf16_weights, arena, glu),
         down=Projection.of((mlp.down_proj,), pack, kernel, bf16_weights, arena),
     )
 

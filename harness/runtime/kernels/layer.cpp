@@ -17,6 +17,7 @@
 
 // the other sources' operations (see each for the shapes)
 at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out);
+at::Tensor swiglu(at::Tensor x, at::Tensor wp, int64_t n_out);
 at::Tensor add_rms_norm(at::Tensor x, const c10::optional<at::Tensor>& r, const at::Tensor& w, double eps);
 at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor kc,
                          at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_blocked);
@@ -41,16 +42,19 @@ struct Proj {
 
 // A LLaMA decoder layer: RMSNorm -> fused qkv -> RoPE + cache write -> attention -> o -> residual + RMSNorm
 // -> fused gate_up -> SiLU * up -> down. Keys are cached in blocks ([Hkv, blocks, d, B]), as attend reads them.
+// glu: gate_up was packed with glu=true, and its matmul applies SiLU * up (swiglu; bitwise silu_mul's result).
 class Layer {
  public:
   Layer(at::Tensor in_norm, double in_eps, at::Tensor post_norm, double post_eps, at::Tensor qkv, int64_t n_qkv,
         c10::optional<at::Tensor> b_qkv, at::Tensor o, int64_t n_o, c10::optional<at::Tensor> b_o, at::Tensor gate_up,
         int64_t n_gate_up, c10::optional<at::Tensor> b_gate_up, at::Tensor down, int64_t n_down,
-        c10::optional<at::Tensor> b_down, int64_t H, int64_t Hkv, double scale)
+        c10::optional<at::Tensor> b_down, int64_t H, int64_t Hkv, double scale, bool glu)
       : in_norm_(std::move(in_norm)), post_norm_(std::move(post_norm)), in_eps_(in_eps), post_eps_(post_eps),
         qkv_{std::move(qkv), n_qkv, std::move(b_qkv)}, o_{std::move(o), n_o, std::move(b_o)},
         gate_up_{std::move(gate_up), n_gate_up, std::move(b_gate_up)}, down_{std::move(down), n_down, std::move(b_down)},
-        H_(H), Hkv_(Hkv), scale_(scale) {}
+        H_(H), Hkv_(Hkv), scale_(scale), glu_(glu) {
+    TORCH_CHECK(!glu || !(gate_up_.bias.has_value() && gate_up_.bias->defined()), "Layer: glu takes no gate_up bias");
+  }
 
   // x [k, hidden] the residual stream (updated in place: x += add, then x += attention's output);
   // add [k, hidden] what the previous layer adds (None for the first); cos/sin [k, d]; kt/vc the layer's
@@ -61,7 +65,7 @@ class Layer {
     at::Tensor q = rope_to_cache(qkv_(h), cos, sin, kt, vc, L, H_, Hkv_, true);
     at::Tensor o = attend(q, kt, vc, L, mask, scale_);
     h = add_rms_norm(x, o_(o), post_norm_, post_eps_);
-    return down_(silu_mul(gate_up_(h)));
+    return down_(glu_ ? swiglu(h, gate_up_.packed, gate_up_.n_out) : silu_mul(gate_up_(h)));
   }
 
  private:
@@ -70,6 +74,7 @@ class Layer {
   Proj qkv_, o_, gate_up_, down_;
   int64_t H_, Hkv_;
   double scale_;
+  bool glu_;
 };
 
 // rows idx [k] (int64) of table [n, w] (contiguous float32) -> [k, w]; `what` names an index in the error
@@ -160,11 +165,11 @@ void register_layer(pybind11::module_& m) {
   py::class_<Layer>(m, "Layer", "one decoder layer of a step, weights held once (see layer.cpp)")
       .def(py::init<at::Tensor, double, at::Tensor, double, at::Tensor, int64_t, c10::optional<at::Tensor>, at::Tensor,
                     int64_t, c10::optional<at::Tensor>, at::Tensor, int64_t, c10::optional<at::Tensor>, at::Tensor,
-                    int64_t, c10::optional<at::Tensor>, int64_t, int64_t, double>(),
+                    int64_t, c10::optional<at::Tensor>, int64_t, int64_t, double, bool>(),
            py::arg("in_norm"), py::arg("in_eps"), py::arg("post_norm"), py::arg("post_eps"), py::arg("qkv"),
            py::arg("n_qkv"), py::arg("b_qkv"), py::arg("o"), py::arg("n_o"), py::arg("b_o"), py::arg("gate_up"),
            py::arg("n_gate_up"), py::arg("b_gate_up"), py::arg("down"), py::arg("n_down"), py::arg("b_down"),
-           py::arg("H"), py::arg("Hkv"), py::arg("scale"));  // run from Python through Stack
+           py::arg("H"), py::arg("Hkv"), py::arg("scale"), py::arg("glu"));  // run from Python through Stack
   py::class_<Stack>(m, "Stack", "every decoder layer of a step in one call (see layer.cpp)")
       .def(py::init<std::vector<Layer>>(), py::arg("layers"))
       .def("forward", &Stack::forward, "the layers in turn on x [k, hidden] (updated in place); returns what the "
