@@ -426,8 +426,10 @@ int64_t blocks_at(const float* x, int64_t M, int64_t K, const T* w, int64_t nb, 
 // computed the block. Why: as a separate pass (silu_mul) on the calling thread, it read the half of gate_up
 // the other thread wrote, and the other thread then read its whole output back for the down projection.
 // On Zen 4 when the probe read 45-50 GB/s, 30 such passes took 1.0-1.5 ms of a 6-token float32 step
-// (0.2-0.3 ms with one thread), where the arithmetic alone takes ~0.15 ms. The same formula as silu_mul
-// on whole vectors, so the same bits.
+// (0.2-0.3 ms with one thread), where the arithmetic alone takes ~0.15 ms. Here, a whole 6-token step ran
+// 0.92-0.94x in float32 and 0.91-0.93x in bf16w at 44-48 GB/s, AVX-512 and AVX2 forced alike, a 1-token step
+// 0.97-0.99x, and 0.97-1.02x at 29-33 GB/s (RUNS.md, thirty-third run). The same formula as silu_mul on whole
+// vectors, so the same bits.
 inline void swiglu_block(const float* y, int64_t M, int64_t n_out, float* act, int64_t nb) {
   static_assert((BN / 2) % VS == 0, "a block's gates are whole vectors");
   const Vec one(1.f);
