@@ -147,6 +147,17 @@ at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at:
   return q;
 }
 
+// o[j] = silu(g[j]) * u[j] for j < n, in vectors (a vector exp: ~5x the scalar's speed on 1536 columns). The one
+// SiLU formula: small_gemm.cpp's swiglu applies it too, so the two give the same bits.
+void silu_mul_row(const float* g, const float* u, float* o, int64_t n) {
+  const Vec one(1.f);
+  for (int64_t j = 0; j < n; j += VS) {
+    const int64_t c = std::min<int64_t>(VS, n - j);
+    const Vec gv = Vec::loadu(g + j, c), uv = Vec::loadu(u + j, c);
+    ((gv / (one + gv.neg().exp())) * uv).store(o + j, c);
+  }
+}
+
 // gate_up [k, 2 I] (gate then up) -> silu(gate) * up, [k, I]
 at::Tensor silu_mul(const at::Tensor& gu) {
   check_f32(gu, "silu_mul: gate_up", 2);
@@ -155,17 +166,7 @@ at::Tensor silu_mul(const at::Tensor& gu) {
   auto y = at::empty({k, inter}, gu.options());
   const float* in = gu.data_ptr<float>();
   float* out = y.data_ptr<float>();
-  const Vec one(1.f);
-  for (int64_t i = 0; i < k; ++i) {
-    const float* g = in + i * 2 * inter;
-    const float* u = g + inter;
-    float* o = out + i * inter;
-    for (int64_t j = 0; j < inter; j += VS) {  // vector exp: ~5x the scalar's speed on 1536 columns
-      const int64_t n = std::min<int64_t>(VS, inter - j);
-      const Vec gv = Vec::loadu(g + j, n), uv = Vec::loadu(u + j, n);
-      ((gv / (one + gv.neg().exp())) * uv).store(o + j, n);
-    }
-  }
+  for (int64_t i = 0; i < k; ++i) silu_mul_row(in + i * 2 * inter, in + i * 2 * inter + inter, out + i * inter, inter);
   return y;
 }
 

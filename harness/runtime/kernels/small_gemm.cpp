@@ -40,6 +40,8 @@
 #include <cstring>
 #include <memory>
 
+void silu_mul_row(const float* g, const float* u, float* o, int64_t n);  // layer_ops.cpp: silu(g) * u
+
 namespace {
 
 using Vec = at::vec::Vectorized<float>;
@@ -428,18 +430,12 @@ int64_t blocks_at(const float* x, int64_t M, int64_t K, const T* w, int64_t nb, 
 // On Zen 4 when the probe read 45-50 GB/s, 30 such passes took 1.0-1.5 ms of a 6-token float32 step
 // (0.2-0.3 ms with one thread), where the arithmetic alone takes ~0.15 ms. Here, a whole 6-token step ran
 // 0.92-0.94x in float32 and 0.91-0.93x in bf16w at 44-48 GB/s, AVX-512 and AVX2 forced alike, a 1-token step
-// 0.97-0.99x, and 0.97-1.02x at 29-33 GB/s (RUNS.md, thirty-third run). The same formula as silu_mul on whole
-// vectors, so the same bits.
+// 0.97-0.99x, and 0.97-1.02x at 29-33 GB/s (RUNS.md, thirty-third run). The same formula as silu_mul (one
+// function, silu_mul_row), so the same bits.
 inline void swiglu_block(const float* y, int64_t M, int64_t n_out, float* act, int64_t nb) {
-  static_assert((BN / 2) % VS == 0, "a block's gates are whole vectors");
-  const Vec one(1.f);
   for (int64_t m = 0; m < M; ++m) {
     const float* g = y + m * n_out + nb * BN;
-    float* o = act + m * (n_out / 2) + nb * (BN / 2);
-    for (int64_t j = 0; j < BN / 2; j += VS) {
-      const Vec gv = Vec::loadu(g + j), uv = Vec::loadu(g + BN / 2 + j);
-      ((gv / (one + gv.neg().exp())) * uv).store(o + j);
-    }
+    silu_mul_row(g, g + BN / 2, act + m * (n_out / 2) + nb * (BN / 2), BN / 2);
   }
 }
 
