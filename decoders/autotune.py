@@ -1,5 +1,5 @@
-"""Choose lookahead's SHAPE (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine: maximise
-predicted speedup.
+"""Choose lookahead's SHAPE (W, N, G, text_ngram, step_tokens, prompt_lookup, solo_root) for this machine:
+maximise predicted speedup.
 
 A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1) + prompt_lookup, and
 within the cap) tokens and costs t(k); autoregressive decoding costs t(1) per token. We measure the
@@ -11,7 +11,10 @@ speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best
 that loses least when extra rows turn dear: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
 CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
-reported beside what the full run then measures.
+reported beside what the full run then measures. ``solo_root`` (a no-draft step feeds the root alone) is
+decided last, for the chosen shape alone: one more final-round run with it, kept by the same rule. Why last:
+it changes a shape's price only through t(2)/t(1)-sized steps, and twinning every candidate would double the
+calibration for a 1-2% choice.
 
 With ``pool_from_corpus`` the calibration prompts' greedy answers (``ar``'s, decoded first) become the
 corpus: each candidate drafts from the other prompts' answers, as the measured prompts will, and the tuned
@@ -32,7 +35,7 @@ import torch
 
 from decoders.ar import AutoregressiveDecoder
 from decoders.base import DecodeResult, token_hash
-from decoders.lookahead import SHAPE, LookaheadDecoder
+from decoders.lookahead import SHAPE, LookaheadDecoder, shape_of
 
 if TYPE_CHECKING:
     from harness.runtime.backend import Backend
@@ -249,7 +252,7 @@ def autotune(
     corpus = {}
     if pool_from_corpus:  # greedy answers: any exact decoder's, so ar's
         corpus = {token_hash(p): AutoregressiveDecoder().generate(backend, p, max_new_tokens).tokens for p in prompts}
-    shapes = [dict(zip(SHAPE, c)) for c in candidates]
+    shapes = [shape_of(c) for c in candidates]
     screen = [
         {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), curve, flags, c,
                                          corpus)}
@@ -261,6 +264,10 @@ def autotune(
         for r in pick_finalists(screen, finalists)
     ]
     best = choose(final)
+    if not best["solo_root"]:  # the chosen shape once more, its no-draft steps the root alone (see the docstring)
+        solo = {**{k: best[k] for k in SHAPE}, "solo_root": True}
+        final.append({"round": "solo", **_calibrate(backend, prompts, max_new_tokens, curve, flags, solo, corpus)})
+        best = choose([best, final[-1]])
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
                  cache_len=cache_len, corpus=corpus)

@@ -49,13 +49,23 @@ Measured (before the recency rule; HumanEval, 8 prompts x 256 tokens, (1,2,1,t7,
 tokens a step for S 3.43, cap 11 (``pld``'s step) 8.2 for S 3.53; priced on the EPYC's t(k)
 (``results/perf/epyc-2026-12-02c``) cap 6 is the faster: 2.85x against 2.70x `ar` (AVX-512), 2.24x
 against 2.00x (AVX2 forced).
-``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup) for this machine before the first generation:
-``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports this
-module, never the reverse).
+``solo_root`` (our extension, off by default; the tuner's choice): a step with nothing to verify (no
+draft from the text, the pool or the corpus) feeds the root alone, and the window waits, as it does beside
+a long draft. Why: such a step's window rows mint guesses but accept nothing that step, and where a
+2-token step costs more than a 1-token one those rows are the price. Measured 2026-12-06 (SmolLM2 fp32,
+perf's four measured prompts, 256 tokens, (1,2,1,t7,cap6,pl5) with both pools and context): HumanEval S
+2.216 -> 2.199, its 68 2-token steps became 71 1-token ones; MT-Bench S 1.829 -> 1.784, 186 2-token steps
+became 202 1-token ones. Priced at the step costs of the Zen 4 AVX2-forced HumanEval rounds (t(2) 1.15,
+t(6) 1.45 t(1)): 1.2% and 1.7% faster; at the AVX-512 ones (t(2) 0.99 t(1)) slower. So the tuner decides it
+last, for its chosen shape (see decoders/autotune.py).
+``auto`` picks (W, N, G, text_ngram, step_tokens, prompt_lookup, solo_root) for this machine before the first
+generation: ``build_decoder`` then returns :class:`decoders.autotune.AutoTunedLookahead` (the tuner imports
+this module, never the reverse).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Optional
 
@@ -67,7 +77,7 @@ from decoders.tree import DraftTree
 from decoders.window import LookaheadWindow
 
 # The parameters the auto-tuner sets; the pool flags stay the caller's.
-SHAPE = ("W", "N", "G", "text_ngram", "step_tokens", "prompt_lookup")
+SHAPE = ("W", "N", "G", "text_ngram", "step_tokens", "prompt_lookup", "solo_root")
 # Longest suffix the prompt-lookup chain matches (pld's default is 3): among the earlier places where the
 # text's last token occurred, the chain continues the one whose preceding tokens match the text longest,
 # up to 6, so a frequent token (a newline, an indent) continues the occurrence that shares the most
@@ -89,12 +99,20 @@ LOOKUP_NGRAM = 6
 LOOKUP_MIN_MATCH = 2
 
 
+def shape_of(values: Sequence[Any]) -> dict[str, Any]:
+    """SHAPE's values in order (a candidate tuple) -> a SHAPE dict; absent trailing ones take the decoder's
+    defaults, so the tuner's 6-value candidates and records from before solo_root read alike."""
+    defaults = {f.name: f.default for f in fields(LookaheadDecoder)}
+    return {k: values[i] if i < len(values) else defaults[k] for i, k in enumerate(SHAPE)}
+
+
 def shape_label(shape: dict[str, Any]) -> str:
     """``(1,2,1,t7,cap12,pl10)``: W, N, G, then the text n-gram length, step cap and prompt-lookup chain
-    where set (what the demo and perf print for a SHAPE)."""
+    where set, and ``solo`` where solo_root is (what the demo and perf print for a SHAPE)."""
     tags = {"text_ngram": "t", "step_tokens": "cap", "prompt_lookup": "pl"}
     extra = [f"{tag}{shape[k]}" for k, tag in tags.items() if shape.get(k)]
-    return "(" + ",".join([str(shape[k]) for k in ("W", "N", "G")] + extra) + ")"
+    solo = ["solo"] if shape.get("solo_root") else []
+    return "(" + ",".join([str(shape[k]) for k in ("W", "N", "G")] + extra + solo) + ")"
 
 
 @dataclass
@@ -118,6 +136,7 @@ class LookaheadDecoder(Decoder):
     text_ngram: Optional[int] = None
     step_tokens: Optional[int] = None
     prompt_lookup: Optional[int] = None
+    solo_root: bool = False
     auto: bool = False
     tuned: Any = field(default=None, init=False, repr=False)  # autotune's outcome, once tuned
     # pool_from_corpus's answers: token_hash(prompt ids) -> greedy output ids; set by the tuner
@@ -134,7 +153,7 @@ class LookaheadDecoder(Decoder):
         if self.step_tokens is not None:
             low = 2 + self.W * (self.N - 1)  # root, full window, one draft token
             check_int("step_tokens", self.step_tokens, low, f"tokens per step; W={self.W}, N={self.N} need {low}")
-        for flag in ("pool_from_prompt", "pool_from_output", "pool_context", "pool_from_corpus", "auto"):
+        for flag in ("pool_from_prompt", "pool_from_output", "pool_context", "pool_from_corpus", "solo_root", "auto"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
@@ -188,6 +207,8 @@ class LookaheadDecoder(Decoder):
                 cap = max(cap, 1 + len(draft))
                 if 1 + len(draft) + window.size > cap:
                     window = None
+        if self.solo_root and not chains:
+            window = None  # nothing to verify: the root alone, the window waits (see solo_root)
         room = None if cap is None else cap - 1 - (window.size if window else 0)
         return Proposal(DraftTree.from_chains(chains, room), window)
 

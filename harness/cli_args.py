@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from decoders.lookahead import SHAPE
+from decoders.lookahead import SHAPE, shape_of
 
 
 def positive_int(text: str) -> int:
@@ -17,14 +17,15 @@ def positive_int(text: str) -> int:
 
 def parse_shape(text: str) -> dict[str, int | None]:
     """``"1,3,3,7,6"`` -> W, N, G, text_ngram, step_tokens, prompt_lookup (the last three optional; 0 or
-    absent: None); a clear error for anything else."""
+    absent: None) and solo_root off (the tuner's choice alone); a clear error for anything else."""
     parts = text.split(",")
-    if not 3 <= len(parts) <= len(SHAPE) or not all(p.strip().isdigit() for p in parts):
+    numeric = SHAPE[:6]
+    if not 3 <= len(parts) <= len(numeric) or not all(p.strip().isdigit() for p in parts):
         raise argparse.ArgumentTypeError(
             f"expected W,N,G[,text_ngram[,step_tokens[,prompt_lookup]]] as 3-6 integers (0 = unset), e.g. 1,5,1 "
             f"or 1,3,3,7,6 or 1,2,1,7,12,10; got {text!r}")
-    values = [int(p) for p in parts[:3]] + [int(p) or None for p in parts[3:]] + [None] * (len(SHAPE) - len(parts))
-    return dict(zip(SHAPE, values))
+    values = [int(p) for p in parts[:3]] + [int(p) or None for p in parts[3:]] + [None] * (len(numeric) - len(parts))
+    return shape_of(values)
 
 
 def parse_pld(text: str) -> tuple[int, int, bool]:

@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
             shape = {k: tuned.params[k] for k in SHAPE}
             with_corpus = build_decoder("lookahead", **tuned.params)
             with_corpus.corpus = tuned.corpus  # the held-out prompts' answers
-            window_only = {**shape, "prompt_lookup": None}
+            window_only = {**shape, "prompt_lookup": None, "solo_root": False}  # a window that never waits
             methods = [Method(REFERENCE, ours(backend, build_decoder("ar")))]  # the row speedups pair with
             if not args.no_hf:
                 methods += [

@@ -29,7 +29,7 @@ import pandas as pd
 from decoders import build_decoder
 from decoders.autotune import CANDIDATES, choose, predicted_speedup, predictions
 from decoders.base import token_hash
-from decoders.lookahead import SHAPE, shape_label
+from decoders.lookahead import SHAPE, shape_label, shape_of
 from harness.analysis.io import to_markdown
 from harness.analysis.perf_names import AUTO, CORPUS, PLD, pld_name
 from harness.cli_args import add_matmul_option, positive_int
@@ -42,9 +42,10 @@ CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt varian
 
 
 def oracle_methods() -> dict[str, Any]:
-    """Name -> decoder: every tuner candidate with perf's auto flags, and the two pld rows to compare with."""
-    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS)
-               for s in (dict(zip(SHAPE, c)) for c in CANDIDATES)}
+    """Name -> decoder: every tuner candidate with perf's auto flags, each also with solo_root (the tuner tries
+    that on its pick), and the two pld rows to compare with."""
+    shapes = [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
+    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS) for s in shapes}
     methods.update({pld_name(m, n, r): build_decoder("pld", max_ngram=m, num_pred=n, recent=r) for m, n, r in PLDS})
     return methods
 
@@ -94,7 +95,8 @@ def as_curve(stored: dict[str, float]) -> dict[int, float]:
 
 def rule_pick(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], curve: dict[int, float]) -> str:
     """The lookahead candidate the tuner's rule (:func:`decoders.autotune.choose`: near-ties go to the dear
-    curve) keeps on the prompts ``hashes`` priced at ``curve``, all candidates in its final round."""
+    curve) keeps on the prompts ``hashes`` priced at ``curve``, all candidates and their solo_root twins in its
+    final round (the tuner tries solo_root on its pick alone)."""
     return choose([{"method": name, **predictions(*steps(d, hashes), curve)}
                    for name, d in decoded.items() if not name.startswith(PLD)])["method"]
 
@@ -120,7 +122,7 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
     former; the auto pick's measured speedup scaled by each method's roofline over the pick's. Raises where
     the pick's S differs from the run's (other prompts, another length or another matmul path)."""
     curve, tuner_curve = as_curve(run["curve_s"]), as_curve(run["tuned"]["curve_s"])
-    pick = {k: run["tuned"]["params"][k] for k in SHAPE}
+    pick = {k: run["tuned"]["params"].get(k) for k in SHAPE}  # a run from before solo_root lacks it
     label, measured = shape_label(pick), auto_row(run["table"])
     if label not in decoded:
         raise ValueError(f"the run's auto pick {label} is not among the decoded methods")

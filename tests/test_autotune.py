@@ -56,8 +56,11 @@ def test_autotune_maximises_predicted_speedup(tiny):
     tuned = autotune(tiny, prompts, curve, max_new_tokens=24, screen_tokens=12, finalists=3)
     screen = [r for r in tuned.calibration if r["round"] == "screen"]
     final = [r for r in tuned.calibration if r["round"] == "final"]
-    assert [tuple(r[k] for k in SHAPE) for r in screen] == list(CANDIDATES) and len(final) == 3
-    assert {(r["tokens"], r["prompts"]) for r in screen} == {(12, 1)} and {(r["tokens"], r["prompts"]) for r in final} == {(24, 2)}
+    solo = [r for r in tuned.calibration if r["round"] == "solo"]
+    assert [tuple(r[k] for k in SHAPE[:6]) for r in screen] == list(CANDIDATES) and len(final) == 3
+    assert not any(r["solo_root"] for r in screen + final) and len(tuned.calibration) == len(screen) + 3 + 1
+    assert {(r["tokens"], r["prompts"]) for r in screen} == {(12, 1)}
+    assert {(r["tokens"], r["prompts"]) for r in final + solo} == {(24, 2)}
     dear = dear_curve(curve)  # 1 + (2/8)(k-1) + 1/8: linear too
     assert dear[1] == curve[1] and dear[8] == pytest.approx(curve[1] + 2 * (curve[8] - curve[1]))
     for row in tuned.calibration:
@@ -70,9 +73,11 @@ def test_autotune_maximises_predicted_speedup(tiny):
     # the finalists are picked from the screening rows (see test_finalists_...), and the choice is the best finalist
     assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in pick_finalists(screen, 3)]
     best = choose(final)
-    assert all(tuned.params[k] == best[k] for k in SHAPE)
-    assert tuned.predicted == best["predicted"]
     assert best["predicted"] >= (1 - TIE) * max(r["predicted"] for r in final)
+    # solo_root is tried last, on the chosen shape alone, and kept by the same rule
+    assert solo[0]["solo_root"] and all(solo[0][k] == best[k] for k in SHAPE if k != "solo_root")
+    kept = choose([best, solo[0]])
+    assert all(tuned.params[k] == kept[k] for k in SHAPE) and tuned.predicted == kept["predicted"]
 
 
 def test_finalists_keep_a_smaller_step_that_screened_close_behind():
@@ -111,7 +116,7 @@ def test_auto_decoder_tunes_once_and_stays_exact(tiny):
     prompt = [7, 8, 9, 10, 11] * 5
     dec = build_decoder("lookahead", auto=True)
     res = dec.generate(tiny, prompt, 20)
-    assert dec.tuned is not None and tuple(getattr(dec, k) for k in SHAPE) in set(CANDIDATES)
+    assert dec.tuned is not None and tuple(getattr(dec, k) for k in SHAPE[:6]) in set(CANDIDATES)
     assert res.tokens == build_decoder("ar").generate(tiny, prompt, 20).tokens
     first = dec.tuned
     dec.generate(tiny, prompt, 5)
@@ -125,6 +130,7 @@ def test_set_shape_takes_tuned_values_and_tolerates_older_records():
     assert dec.pool_from_output  # the pool flags are the caller's
     dec.set_shape({"W": 2, "N": 4, "G": 2})  # a manifest written before text_ngram/step_tokens
     assert (dec.W, dec.N, dec.G, dec.text_ngram, dec.step_tokens, dec.prompt_lookup) == (2, 4, 2, None, None, None)
+    assert dec.solo_root is False  # a record from before solo_root
     dec.set_shape({"W": 1, "N": 2, "G": 1, "text_ngram": 7, "step_tokens": 12, "prompt_lookup": 10})
     assert (dec.step_tokens, dec.prompt_lookup) == (12, 10)
     with pytest.raises(ValueError, match="step_tokens"):

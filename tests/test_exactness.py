@@ -63,11 +63,11 @@ decoder_specs = st.one_of(
     st.builds(lambda m, n, r: ("pld", {"max_ngram": m, "num_pred": n, "recent": r}),
               st.integers(1, 4), st.integers(1, 8), st.booleans()),
     st.builds(
-        lambda W, N, G, p, o, c, t, extra, pl: (
+        lambda W, N, G, p, o, c, t, extra, pl, solo: (
             "lookahead",
             {"W": W, "N": N, "G": G, "pool_from_prompt": p, "pool_from_output": o, "pool_context": c,
              "text_ngram": t, "step_tokens": None if extra is None else 2 + W * (N - 1) + extra,
-             "prompt_lookup": pl},
+             "prompt_lookup": pl, "solo_root": solo},
         ),
         st.integers(1, 8),
         st.integers(2, 6),
@@ -78,6 +78,7 @@ decoder_specs = st.one_of(
         st.one_of(st.none(), st.integers(2, 10)),  # prompt/output n-gram length apart from N
         st.one_of(st.none(), st.integers(0, 8)),  # tokens per step cap, above its minimum
         st.one_of(st.none(), st.integers(1, 10)),  # prompt lookup's chain, first in the tree
+        st.booleans(),  # solo_root: a step with nothing to verify feeds the root alone
     ),
 )
 
@@ -106,15 +107,16 @@ def test_greedy_decoders_equal_ar(tiny_each, prompt, spec, max_new):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=prompts, others=st.lists(prompts, min_size=1, max_size=3), junk=st.lists(tokens, max_size=12),
        t=st.integers(2, 8), cap=st.one_of(st.none(), st.integers(0, 6)), pl=st.one_of(st.none(), st.integers(1, 6)),
-       max_new=st.integers(1, 30))
-def test_lookahead_with_a_corpus_equals_ar(tiny_each, prompt, others, junk, t, cap, pl, max_new):
+       solo=st.booleans(), max_new=st.integers(1, 30))
+def test_lookahead_with_a_corpus_equals_ar(tiny_each, prompt, others, junk, t, cap, pl, solo, max_new):
     """pool_from_corpus drafts from other prompts' answers (and from wrong text, as a stale corpus would be);
     the output stays ar's. An answer filed under this very prompt is never drafted from."""
     from decoders.base import token_hash
 
     ar = build_decoder("ar")
     dec = build_decoder("lookahead", W=1, N=2, G=1, text_ngram=t, step_tokens=None if cap is None else 3 + cap,
-                        prompt_lookup=pl, pool_from_output=True, pool_context=True, pool_from_corpus=True)
+                        prompt_lookup=pl, pool_from_output=True, pool_context=True, pool_from_corpus=True,
+                        solo_root=solo)
     dec.corpus = {token_hash(o): ar.generate(tiny_each, o, max_new).tokens for o in others}
     dec.corpus[token_hash([1, 2, 3])] = junk
     res = dec.generate(tiny_each, prompt, max_new)
@@ -288,6 +290,23 @@ def test_matched_prompt_lookup_draft_passes_a_smaller_cap(tiny):
     res = dec.generate(tiny, prompt, 30)
     assert res.tokens == build_decoder("ar").generate(tiny, prompt, 30).tokens
     assert max(res.input_tokens) == dec.max_step_tokens() and res.accepted[0] == 9  # pld's whole step
+
+
+def test_solo_root_feeds_the_root_alone_where_nothing_is_drafted(tiny):
+    """solo_root: a step with no draft feeds 1 token (the window waits), a step with one feeds the window too;
+    without solo_root every step feeds the window."""
+    prompt = [7, 8, 9, 10, 11] * 4 + [30, 31]
+    ar = build_decoder("ar").generate(tiny, prompt, 24).tokens
+    shape = dict(W=2, N=3, G=2, pool_from_output=True)
+    plain = build_decoder("lookahead", **shape).generate(tiny, prompt, 24)
+    solo = build_decoder("lookahead", **shape, solo_root=True).generate(tiny, prompt, 24)
+    assert plain.tokens == solo.tokens == ar
+    assert 1 not in plain.input_tokens  # the window in every step
+    assert 1 in solo.input_tokens and max(solo.input_tokens) > 1 + 2 * (3 - 1)  # alone, and root + window + draft
+    # nothing ever drafted (no text pools, and the window waits from the first step): ar's steps exactly
+    bare = build_decoder("lookahead", **{**shape, "pool_from_output": False}, pool_from_prompt=False,
+                         solo_root=True).generate(tiny, prompt, 24)
+    assert bare.tokens == ar and set(bare.input_tokens) == {1} and bare.steps == len(ar)
 
 
 def test_draft_tree_node_cap():

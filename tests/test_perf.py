@@ -62,12 +62,14 @@ def test_median_rounds_takes_each_timing_median_per_method_and_prompt():
 
 def test_parse_shape_and_label():
     assert parse_shape("1,5,1") == {"W": 1, "N": 5, "G": 1, "text_ngram": None, "step_tokens": None,
-                                    "prompt_lookup": None}
+                                    "prompt_lookup": None, "solo_root": False}
     full = parse_shape("1,3,3,7,6")
-    assert full == {"W": 1, "N": 3, "G": 3, "text_ngram": 7, "step_tokens": 6, "prompt_lookup": None}
+    assert full == {"W": 1, "N": 3, "G": 3, "text_ngram": 7, "step_tokens": 6, "prompt_lookup": None,
+                    "solo_root": False}
     assert shape_label(full) == "(1,3,3,t7,cap6)" and shape_label(parse_shape("1,5,1")) == "(1,5,1)"
     lookup = parse_shape("1,2,1,7,0,10")  # 0: unset
     assert (lookup["step_tokens"], lookup["prompt_lookup"]) == (None, 10) and shape_label(lookup) == "(1,2,1,t7,pl10)"
+    assert shape_label({**lookup, "solo_root": True}) == "(1,2,1,t7,pl10,solo)"
     for bad in ("1,5", "a,b,c", "1,5,1,2,3,4,5", "1,-5,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="W,N,G"):
             parse_shape(bad)

@@ -19,11 +19,12 @@ FLAT = {1: 0.010, 4: 0.011, 16: 0.013}  # a memory-bound curve: extra rows nearl
 STEEP = {1: 0.010, 4: 0.020, 16: 0.060}  # a compute-bound one
 
 
-def test_oracle_methods_are_every_candidate_and_the_pld_rows():
+def test_oracle_methods_are_every_candidate_with_and_without_solo_root_and_the_pld_rows():
     methods = oracle_methods()
-    assert len(methods) == len(CANDIDATES) + len(PLDS)
+    assert len(methods) == 2 * len(CANDIDATES) + len(PLDS)
     la = methods[shape_label(dict(zip(SHAPE, CANDIDATES[0])))]
     assert all(getattr(la, flag) == value for flag, value in AUTO_FLAGS.items()) and not la.pool_from_corpus
+    assert not la.solo_root and methods[shape_label({**dict(zip(SHAPE, CANDIDATES[0])), "solo_root": True})].solo_root
 
 
 def test_decode_steps_histograms_price_as_perf_prices_the_step_list(tiny):
