@@ -84,10 +84,14 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # feeds pld's draft alone (the window sits out), and one without a match feeds the window and pool
 # n-grams (of N=2, one token, or of 7 tokens from the text) where pld would feed the root alone: up to
 # 11 tokens (pld's own step), or 6, which keeps those guesses on the cheap side of t(k) (see
-# decoders/lookahead.py). The last two carry a 5-token chain instead, so that no step passes 6 tokens:
+# decoders/lookahead.py). The last three carry a 5-token chain instead, so that no step passes 6 tokens:
 # where 7+ rows cost a jump (fast memory), that pays. On every fourth HumanEval problem, priced at a Zen 4
 # curve with t(7)/t(6) 1.34 (2026-12-04), (1,2,1,t7,cap6,pl5) was predicted 2.00-2.02x against
-# 1.85-1.88x for pl10 (S 2.42 against 2.68).
+# 1.85-1.88x for pl10 (S 2.42 against 2.68). (1,2,1,t7,cap5,pl5) caps the steps without a strong match one
+# token lower (a matched draft still goes whole, 6 tokens): on perf's four HumanEval prompts (2026-12-06, 256
+# tokens) S 2.194 against 2.216 for cap 6, priced 1.539-1.566x against 1.512-1.526x at two Zen 4 AVX2-forced
+# rounds' curves and 1.862x against 1.830x at an AVX-512 one; MT-Bench 1.322-1.347x against 1.310-1.326x (AVX2)
+# and 1.578x against 1.564x (AVX-512). (1,3,1,t7,cap5,pl5) was no better than (1,3,1,t7,cap6,pl5).
 # Until 2026-12-02 prompt-lookup shapes were left out: on Zen 3
 # (AVX2, sdpa attention) one screened best on an XSum prompt (S 4.0 at 11 tokens a step) and then ran at
 # 0.92x `ar`, priced on a curve measured at 300 cache entries against XSum's ~1000-token prompts; the
@@ -101,7 +105,7 @@ CANDIDATES = (
     (5, 5, 5, None, None, None), (7, 5, 7, None, None, None), (15, 5, 15, None, None, None),
     (1, 2, 1, 7, 12, 10), (1, 2, 1, 7, None, 10), (1, 2, 1, None, 11, 10), (1, 2, 1, None, 12, 10),
     (1, 2, 1, 7, 11, 10), (1, 3, 1, 7, 11, 10), (1, 2, 1, 7, 6, 10), (1, 3, 1, 7, 6, 10),
-    (1, 2, 1, 7, 6, 5), (1, 3, 1, 7, 6, 5),
+    (1, 2, 1, 7, 6, 5), (1, 3, 1, 7, 6, 5), (1, 2, 1, 7, 5, 5),
 )
 
 
