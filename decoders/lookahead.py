@@ -159,8 +159,8 @@ class LookaheadDecoder(Decoder):
 
     def set_shape(self, params: dict[str, Any]) -> None:
         """Take the tuned values (SHAPE) from ``params``; the pool flags stay as they are. A record from
-        before text_ngram/step_tokens/prompt_lookup existed lacks them: they take their defaults."""
-        defaults = {f.name: f.default for f in fields(self)}
+        before text_ngram/step_tokens/prompt_lookup/solo_root existed lacks them: they take their defaults."""
+        defaults = shape_of(())
         for k in SHAPE:
             setattr(self, k, params.get(k, defaults[k]))
         self.__post_init__()
