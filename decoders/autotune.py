@@ -5,7 +5,8 @@ A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1) + p
 within the cap) tokens and costs t(k); autoregressive decoding costs t(1) per token. We measure the
 latency curve t(k) on the backend after as many cache entries as the calibration runs hold half-way
 (the median prompt plus half the generation: a step's attention grows with the cache, so a curve
-measured on a short cache undercharges large steps on long prompts), run each candidate on calibration prompts (greedy; a short screening
+measured on a short cache undercharges large steps on long prompts), in snapshots spread over the
+calibration and priced at their mean (see SNAPSHOT_REPS), run each candidate on calibration prompts (greedy; a short screening
 run of every candidate, then a few at the job's length, see SCREEN_TOKENS), and predict its
 speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best (of near-ties, the one
 that loses least when extra rows turn dear: see TIE). Why the sum and not
@@ -75,6 +76,17 @@ DEAR = 2.0
 # fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
 # another tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
+# The tuner's own curve is the mean of snapshots of SNAPSHOT_REPS repetitions each: one before screening and one
+# after each finalist's run. Why: on a VM the memory speed swings between regimes lasting seconds to minutes, and
+# only t(1) swings with it; a large step is compute-bound and costs about the same in both. Measured 2026-12-06
+# (Zen 4, AVX-512; a scratch script alternating, for 10 minutes, a 64-token `ar` decode with the curve's own
+# forwards at cache 264): 258 of 312 pairs fast (medians t(1) 11.6 ms, t(11) 21.7 ms, probe 51 GB/s), 44 slow
+# (t(1) 17.2 ms, t(11) 21.0 ms, probe 33 GB/s), so t(11)/t(1) 1.88 or 1.21; `ar`'s own steps matched the curve's
+# t(1) within 3% (median) in both. One curve taken in a slow spell priced (1,2,1,t7,cap11,pl10) at 2.89x; the
+# rounds that followed, mostly fast, ran it at 1.49x and the cap-5 shape at 1.80x (results/perf/zen4-2026-12-06s).
+# A speedup is a ratio of total times over whatever mix of regimes a run meets, so steps are priced at the mean
+# t(k) over the tuning's minutes, not at one moment's.
+SNAPSHOT_REPS = 3
 # SHAPE tuples, from small steps to large. On a CPU, where t(k) grows early, the small ones win; on a
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the AVX2 kernel's
@@ -177,6 +189,11 @@ def calibration_cache_len(prompts: list[list[int]], max_new_tokens: int) -> int:
     return int(statistics.median(len(p) for p in prompts)) + max_new_tokens // 2
 
 
+def mean_curve(curves: Sequence[dict[int, float]]) -> dict[int, float]:
+    """Each size's mean over ``curves``: the cost of a step at a moment drawn from them (see SNAPSHOT_REPS)."""
+    return {k: statistics.fmean(c[k] for c in curves) for k in curves[0]}
+
+
 def interp_latency(curve: dict[int, float], k: float) -> float:
     ks = sorted(curve)
     return float(np.interp(k, ks, [curve[x] for x in ks]))
@@ -188,6 +205,7 @@ class Tuned:
     predicted: float  # predicted wall-clock speedup over autoregressive decoding
     calibration: list[dict[str, Any]] = field(default_factory=list)  # every candidate's S, k and prediction
     curve: dict[int, float] = field(default_factory=dict)  # the latency curve the predictions priced steps on
+    snapshots: list[dict[int, float]] = field(default_factory=list)  # the curves it is the mean of (none: the caller's)
     cache_len: int | None = None  # the cache length it was measured at (None: the caller's curve)
     corpus: dict[str, list[int]] = field(default_factory=dict)  # pool_from_corpus: prompt hash -> answer
 
@@ -206,7 +224,7 @@ def _calibrate(backend: Backend, prompts: list[list[int]], max_new_tokens: int, 
         steps += r.steps
         fed += r.input_tokens
     return {**shape, "S": tokens / steps, "k_mean": sum(fed) / steps, "tokens": max_new_tokens,
-            "prompts": len(prompts), **predictions(tokens, fed, curve),
+            "prompts": len(prompts), "new_tokens": tokens, **predictions(tokens, fed, curve),
             # steps by tokens fed: so a result file can price the candidate again at any other curve
             "fed": dict(sorted(Counter(fed).items()))}
 
@@ -244,29 +262,39 @@ def autotune(
 ) -> Tuned:
     """Pick the SHAPE with the best predicted speedup on ``prompts`` (greedy calibration runs, two rounds:
     see SCREEN_TOKENS). ``calibration`` lists every run, screening rows first. ``curve``: None (the
-    default) measures it at :func:`calibration_cache_len`."""
+    default) measures it at :func:`calibration_cache_len`, in snapshots spread over the calibration (see
+    SNAPSHOT_REPS); a caller's curve prices every round."""
     if not prompts:
         raise ValueError("autotune needs at least one calibration prompt")
-    cache_len = None
-    if curve is None:
-        cache_len = calibration_cache_len(prompts, max_new_tokens)
-        curve = latency_curve(backend, cache_len=cache_len)
+    given, snapshots = curve, []
+    cache_len = None if given is not None else calibration_cache_len(prompts, max_new_tokens)
+
+    def snapshot() -> dict[int, float]:
+        """The curve to price at now: the caller's, or the mean of the snapshots so far after one more."""
+        if given is not None:
+            return given
+        snapshots.append(latency_curve(backend, cache_len=cache_len, reps=SNAPSHOT_REPS))
+        return mean_curve(snapshots)
+
     flags = {"pool_from_prompt": pool_from_prompt, "pool_from_output": pool_from_output, "pool_context": pool_context,
              "pool_from_corpus": pool_from_corpus}
     corpus = {}
     if pool_from_corpus:  # greedy answers: any exact decoder's, so ar's
         corpus = {token_hash(p): AutoregressiveDecoder().generate(backend, p, max_new_tokens).tokens for p in prompts}
     shapes = [shape_of(c) for c in candidates]
+    priced = snapshot()
     screen = [
-        {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), curve, flags, c,
+        {"round": "screen", **_calibrate(backend, prompts[:1], min(screen_tokens, max_new_tokens), priced, flags, c,
                                          corpus)}
         for c in shapes
     ]
-    final = [
-        {"round": "final", **_calibrate(backend, prompts, max_new_tokens, curve, flags, {k: r[k] for k in SHAPE},
-                                        corpus)}
-        for r in pick_finalists(screen, finalists)
-    ]
+    final = []
+    for r in pick_finalists(screen, finalists):  # a snapshot after each: the curve spans the final round's minutes
+        final.append({"round": "final", **_calibrate(backend, prompts, max_new_tokens, priced, flags,
+                                                     {k: r[k] for k in SHAPE}, corpus)})
+        priced = snapshot()
+    curve = priced
+    final = [{**r, **predictions(r["new_tokens"], fed_list(r), curve)} for r in final]  # all at the final mean
     best = choose(final)
     if not best["solo_root"]:  # the chosen shape once more, its no-draft steps the root alone (see the docstring)
         solo = {**{k: best[k] for k in SHAPE}, "solo_root": True}
@@ -274,7 +302,12 @@ def autotune(
         best = choose([best, final[-1]])
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
-                 cache_len=cache_len, corpus=corpus)
+                 snapshots=snapshots, cache_len=cache_len, corpus=corpus)
+
+
+def fed_list(row: dict[str, Any]) -> list[int]:
+    """A calibration row's tokens fed by each step, from its ``fed`` counts (steps by tokens fed)."""
+    return [int(k) for k, n in row["fed"].items() for _ in range(n)]
 
 
 def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_MARGIN) -> list[dict[str, Any]]:

@@ -57,6 +57,7 @@ from decoders.autotune import autotune, calibration_cache_len, interp_latency, l
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import REFERENCE, against_reference
 from harness.analysis.io import to_markdown
+from harness.analysis.curves import curve_line, median_curve, regime_line, snapshots_line
 from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 from harness.analysis.steps import steps_by_size
 from harness.cli_args import add_matmul_option, parse_pld, parse_shape, positive_int
@@ -153,26 +154,6 @@ def format_table(table: list[dict[str, Any]]) -> str:
     cols = ["method", "prompts", "tok_per_s", "speedup", "speedup_median", "S", "k_mean", "roofline",
             "of_roofline", "overhead", "exact"]
     return to_markdown(pd.DataFrame(table).reindex(columns=cols), floatfmt=".2f")
-
-
-def median_curve(curves: list[dict[int, float]]) -> dict[int, float]:
-    """Each step size's median latency over several measured curves (same sizes)."""
-    return {k: statistics.median(c[k] for c in curves) for k in curves[0]}
-
-
-def curve_line(curve: dict[int, float], ks: tuple[int, ...] | None = None) -> str:
-    """``t(1)=13ms  t(2)=14ms ...``, every size or only ``ks``."""
-    return "  ".join(f"t({k})={v * 1e3:.0f}ms" for k, v in curve.items() if ks is None or k in ks)
-
-
-def regime_line(tuner: dict[int, float], rounds: dict[int, float], tolerance: float = 1.25) -> str:
-    """The tuner's t(1) against the rounds': on these VMs memory speed swings 1.5x within minutes, and a shape
-    priced at slow memory (long steps nearly free) can run at fast memory (twenty-eighth run: 3.19x predicted)."""
-    ratio = tuner[1] / rounds[1]
-    line = f"the tuner priced steps at t(1) {tuner[1] * 1e3:.1f} ms, the rounds ran at {rounds[1] * 1e3:.1f} ms"
-    if max(ratio, 1 / ratio) <= tolerance:
-        return line
-    return f"{line}: memory changed speed between them ({ratio:.2f}x), so its pick was priced for another regime"
 
 
 def matmul_key(path: str) -> str:
@@ -322,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
                      f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
-                     f"steps priced at cache {tuned.cache_len}; {regime_line(tuned.curve, task_curve)}); "
+                     f"steps priced at cache {tuned.cache_len}, at the mean of {snapshots_line(tuned.snapshots)}; "
+                     f"{regime_line(tuned.curve, task_curve)}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
                      "+pools = prompt and output n-grams, context-ranked; +corpus = and drafts from the "
                      f"{len(held_out)} held-out prompts' answers where the text has none; roofline at t(k) measured after each "
@@ -334,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
             report["runs"][f"{dtype}/{task}"] = {
                 "curve_s": task_curve, "curve_rounds_s": round_curves, "curve_cache_len": roofline_cache, "table": table,
                 "tuned": {"params": tuned.params, "predicted_speedup": tuned.predicted,
-                          "calibration": tuned.calibration, "curve_s": tuned.curve, "cache_len": tuned.cache_len},
+                          "calibration": tuned.calibration, "curve_s": tuned.curve, "cache_len": tuned.cache_len,
+                          "curve_snapshots_s": tuned.snapshots},
                 "auto_steps_by_size": by_size.to_dict("records")}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = free_stem(out_dir, "perf-" + "-".join(args.dtype + (args.tasks or ["memory"])))  # one file per run

@@ -8,7 +8,7 @@ import pytest
 from decoders import build_decoder
 from decoders.autotune import (
     CANDIDATES, LATENCY_KS, TIE, autotune, choose, calibration_cache_len, interp_latency, latency_curve, latency_curves,
-    dear_curve, pick_finalists, predicted_speedup,
+    dear_curve, fed_list, mean_curve, pick_finalists, predicted_speedup,
 )
 from decoders.lookahead import SHAPE
 from tiny import tiny_backend
@@ -67,9 +67,9 @@ def test_autotune_maximises_predicted_speedup(tiny):
         assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
         assert row["predicted_dear"] == pytest.approx(row["S"] * dear[1] / interp_latency(dear, row["k_mean"]))
         # the steps by tokens fed, kept to price the candidate again: they give back S, k and the prediction
-        fed = [k for k, n in row["fed"].items() for _ in range(n)]
-        assert sum(fed) / len(fed) == pytest.approx(row["k_mean"])
-        assert predicted_speedup(round(row["S"] * len(fed)), fed, curve) == pytest.approx(row["predicted"])
+        fed = fed_list(row)
+        assert sum(fed) / len(fed) == pytest.approx(row["k_mean"]) and row["new_tokens"] == round(row["S"] * len(fed))
+        assert predicted_speedup(row["new_tokens"], fed, curve) == pytest.approx(row["predicted"])
     # the finalists are picked from the screening rows (see test_finalists_...), and the choice is the best finalist
     assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in pick_finalists(screen, 3)]
     best = choose(final)
@@ -153,9 +153,14 @@ def test_autotune_prices_steps_at_the_calibration_cache_length(tiny):
     hold half-way (a step's attention grows with the cache: a short-cache curve undercharges large steps)."""
     prompts = [[7, 8, 9, 10, 11] * 5, [5, 6, 5, 6, 20, 21], [1, 2, 3]]
     assert calibration_cache_len(prompts, 16) == 6 + 8
-    tuned = autotune(tiny, prompts, max_new_tokens=16, candidates=CANDIDATES[:2], screen_tokens=8, finalists=1)
+    tuned = autotune(tiny, prompts, max_new_tokens=16, candidates=CANDIDATES[:3], screen_tokens=8, finalists=2)
     assert tuned.cache_len == 14 and sorted(tuned.curve) == sorted(LATENCY_KS)
-    assert all(r["predicted"] > 0 for r in tuned.calibration)
+    # its curve is the mean of snapshots spread over the calibration: one before screening, one after each finalist
+    assert len(tuned.snapshots) == 1 + 2 and tuned.curve == pytest.approx(mean_curve(tuned.snapshots))
+    assert tuned.snapshots[0] != tuned.snapshots[1]  # measured apart, not one curve copied
+    for row in tuned.calibration:  # screening priced at the first snapshot, the final round at the mean of all
+        at = tuned.snapshots[0] if row["round"] == "screen" else tuned.curve
+        assert row["predicted"] == pytest.approx(predicted_speedup(row["new_tokens"], fed_list(row), at))
     assert autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=8, candidates=CANDIDATES[:1],
                     screen_tokens=4, finalists=1).cache_len is None  # the caller's curve, as given
 

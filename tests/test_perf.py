@@ -9,7 +9,8 @@ import pytest
 from decoders.base import token_hash
 from decoders.lookahead import shape_label
 from harness.cli_args import parse_pld, parse_shape, positive_int
-from harness.perf import curve_line, format_table, free_stem, median_curve, median_rounds, regime_line, summarize
+from harness.analysis.curves import curve_line, median_curve, regime_line, snapshots_line
+from harness.perf import format_table, free_stem, median_rounds, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
@@ -222,3 +223,9 @@ def test_regime_line_flags_a_tuner_curve_from_another_memory_speed():
                                        "changed speed between them (1.52x), so its pick was priced for another regime")
     assert "another regime" in regime_line(fast, slow)  # either way round
     assert regime_line({1: 0.012}, {1: 0.0116}) == "the tuner priced steps at t(1) 12.0 ms, the rounds ran at 11.6 ms"
+
+
+def test_snapshots_line_gives_the_spread_of_the_tuners_curves():
+    snaps = [{1: 0.0172, 8: 0.02}, {1: 0.011, 8: 0.02}, {1: 0.0115, 8: 0.021}]
+    assert snapshots_line(snaps) == "3 curves (t(1) 11.0-17.2 ms)"
+    assert snapshots_line([]) == "the caller's curve"
