@@ -3,13 +3,13 @@ maximise predicted speedup.
 
 A lookahead step feeds k = 1 + W(N-1) + (tree nodes: at most G(text_ngram-1) + prompt_lookup, and
 within the cap) tokens and costs t(k); autoregressive decoding costs t(1) per token. We measure the
-latency curve t(k) on the backend after as many cache entries as the calibration runs hold half-way
-(the median prompt plus half the generation: a step's attention grows with the cache, so a curve
-measured on a short cache undercharges large steps on long prompts), in snapshots spread over the
-calibration and priced at their mean (see SNAPSHOT_REPS), run each candidate on calibration prompts (greedy; a short screening
-run of every candidate, then a few at the job's length, see SCREEN_TOKENS), and predict its
-speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the best (of near-ties, the one
-that loses least when extra rows turn dear: see TIE). Why the sum and not
+latency curve t(k) (``decoders.latency``) on the backend after as many cache entries as the calibration
+runs hold half-way (the median prompt plus half the generation: a step's attention grows with the cache,
+so a curve measured on a short cache undercharges large steps on long prompts), in snapshots spread over
+the calibration and priced at their mean (see ``decoders.latency.SNAPSHOT_REPS``); run each candidate on
+calibration prompts (greedy; a short screening run of every candidate, then a few at the job's length, see
+SCREEN_TOKENS), and predict its speedup as ``tokens * t(1) / sum over its steps of t(k_step)``, keeping the
+best (of near-ties, the one that loses least when extra rows turn dear: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
 CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
 reported beside what the full run then measures. ``solo_root`` (a no-draft step feeds the root alone) is
@@ -24,18 +24,13 @@ decoder keeps them (``Tuned.corpus``).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
 from decoders.ar import AutoregressiveDecoder
 from decoders.base import DecodeResult, token_hash
+from decoders.latency import SNAPSHOT_REPS, calibration_cache_len, interp_latency, latency_curve, mean_curve
 from decoders.lookahead import SHAPE, LookaheadDecoder, shape_of
 
 if TYPE_CHECKING:
@@ -73,20 +68,6 @@ SCREEN_MARGIN = 0.25
 TIE = 0.05
 # 2: the EPYC's 12-token step above went from 0.27 to 0.63 t(1) over a 1-token one (2.3x)
 DEAR = 2.0
-# fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
-# another tile of rows), and interpolating across a jump would hide it
-LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
-# The tuner's own curve is the mean of snapshots of SNAPSHOT_REPS repetitions each: one before screening and one
-# after each finalist's run. Why: on a VM the memory speed swings between regimes lasting seconds to minutes, and
-# only t(1) swings with it; a large step is compute-bound and costs about the same in both. Measured 2026-12-06
-# (Zen 4, AVX-512; a scratch script alternating, for 10 minutes, a 64-token `ar` decode with the curve's own
-# forwards at cache 264): 258 of 312 pairs fast (medians t(1) 11.6 ms, t(11) 21.7 ms, probe 51 GB/s), 44 slow
-# (t(1) 17.2 ms, t(11) 21.0 ms, probe 33 GB/s), so t(11)/t(1) 1.88 or 1.21; `ar`'s own steps matched the curve's
-# t(1) within 3% (median) in both. One curve taken in a slow spell priced (1,2,1,t7,cap11,pl10) at 2.89x; the
-# rounds that followed, mostly fast, ran it at 1.49x and the cap-5 shape at 1.80x (results/perf/zen4-2026-12-06s).
-# A speedup is a ratio of total times over whatever mix of regimes a run meets, so steps are priced at the mean
-# t(k) over the tuning's minutes, not at one moment's.
-SNAPSHOT_REPS = 3
 # SHAPE tuples, from small steps to large. On a CPU, where t(k) grows early, the small ones win; on a
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the AVX2 kernel's
@@ -119,84 +100,6 @@ CANDIDATES = (
     (1, 2, 1, 7, 11, 10), (1, 3, 1, 7, 11, 10), (1, 2, 1, 7, 6, 10), (1, 3, 1, 7, 6, 10),
     (1, 2, 1, 7, 6, 5), (1, 3, 1, 7, 6, 5), (1, 2, 1, 7, 5, 5),
 )
-
-
-def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 7) -> dict[int, float]:
-    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries."""
-    return latency_curves([backend], ks, cache_len, reps)[0]
-
-
-def latency_curves(backends: Sequence[Backend], ks=LATENCY_KS, cache_len: int = 300,
-                   reps: int = 7) -> list[dict[int, float]]:
-    """:func:`latency_curve` of each backend, measured interleaved: so ratios between them (bf16
-    weights against float32) are of one time window, not of two a minute apart on a drifting machine.
-
-    The sizes are measured round-robin (every k of every backend once per repetition, after one untimed
-    round), so a slow spell of the machine raises all of them alike instead of bending a curve; each
-    timed forward follows an untimed one of the same size on the same backend.
-    """
-    g = torch.Generator().manual_seed(0)
-    inputs = [step_inputs(backend, ks, cache_len, g) for backend in backends]
-    times: list[dict[int, list[float]]] = [{k: [] for k in ks} for _ in backends]
-    for rep in range(reps + 1):
-        for k in ks:
-            for backend, ins, ts in zip(backends, inputs, times):
-                # an untimed forward of the same size first: decoding runs like-sized forwards back to
-                # back, while here the previous forward was another size (after k=64, k=1 read cold caches)
-                for timed in (False, True):
-                    t0 = time.perf_counter()
-                    backend.forward(*ins[k])
-                    backend.sync()
-                    if rep and timed:  # round 0 is the warm-up
-                        ts[k].append(time.perf_counter() - t0)
-                    backend.commit([])  # forget the new entries
-    return [{k: statistics.median(v) for k, v in ts.items()} for ts in times]
-
-
-def step_inputs(backend: Backend, ks: Sequence[int], cache_len: int,
-                g: torch.Generator) -> dict[int, tuple[torch.Tensor, ...]]:
-    """Fill the backend's cache with ``cache_len`` random tokens and draw a forward's inputs for each k
-    new tokens after them (ids [k], positions [k], causal mask [k, k]); run one, then ``commit([])``."""
-    vocab = backend.shape.vocab
-    backend.reset(cache_len + max(ks) + 1)
-    prefix = torch.randint(0, vocab, (cache_len,), generator=g, device="cpu").to(backend.device)
-    backend.forward(prefix, torch.arange(cache_len, device=backend.device), logit_rows=prefix.new_empty(0))
-    backend.commit()
-    inputs = {}
-    for k in ks:
-        ids = torch.randint(0, vocab, (k,), generator=g).to(backend.device)
-        pos = torch.arange(cache_len, cache_len + k, device=backend.device)
-        inputs[k] = (ids, pos, torch.ones(k, k, dtype=torch.bool, device=backend.device).tril())
-    return inputs
-
-
-def one_step(backend: Backend, cache_len: int = 300) -> Callable[[], None]:
-    """A call that runs one 1-token forward after ``cache_len`` random entries and forgets it (the state
-    :func:`latency_curves` measures t(1) in, without its untimed forward before each), to interleave with
-    other timings (perf's memory bound)."""
-    ins = step_inputs(backend, [1], cache_len, torch.Generator().manual_seed(0))[1]
-
-    def run() -> None:
-        backend.forward(*ins)
-        backend.sync()
-        backend.commit([])
-
-    return run
-
-
-def calibration_cache_len(prompts: list[list[int]], max_new_tokens: int) -> int:
-    """Cache entries half-way through a calibration run: the median prompt plus half the generation."""
-    return int(statistics.median(len(p) for p in prompts)) + max_new_tokens // 2
-
-
-def mean_curve(curves: Sequence[dict[int, float]]) -> dict[int, float]:
-    """Each size's mean over ``curves``: the cost of a step at a moment drawn from them (see SNAPSHOT_REPS)."""
-    return {k: statistics.fmean(c[k] for c in curves) for k in curves[0]}
-
-
-def interp_latency(curve: dict[int, float], k: float) -> float:
-    ks = sorted(curve)
-    return float(np.interp(k, ks, [curve[x] for x in ks]))
 
 
 @dataclass
@@ -263,7 +166,7 @@ def autotune(
     """Pick the SHAPE with the best predicted speedup on ``prompts`` (greedy calibration runs, two rounds:
     see SCREEN_TOKENS). ``calibration`` lists every run, screening rows first. ``curve``: None (the
     default) measures it at :func:`calibration_cache_len`, in snapshots spread over the calibration (see
-    SNAPSHOT_REPS); a caller's curve prices every round."""
+    ``decoders.latency.SNAPSHOT_REPS``); a caller's curve prices every round."""
     if not prompts:
         raise ValueError("autotune needs at least one calibration prompt")
     given, snapshots = curve, []

@@ -25,7 +25,8 @@ import textwrap
 import time
 
 from decoders import build_decoder
-from decoders.autotune import autotune, latency_curve
+from decoders.autotune import autotune
+from decoders.latency import latency_curve
 from decoders.lookahead import SHAPE, shape_label
 from harness.cli_args import add_matmul_option, positive_int
 from harness.runtime.kernels import cpu_identity, cpu_line

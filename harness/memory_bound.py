@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from decoders.autotune import one_step
+from decoders.latency import one_step
 from harness.runtime.matmul import bandwidth_probe, forward_matmuls, round_robin_samples
 
 

@@ -53,7 +53,8 @@ from typing import Any
 
 import pandas as pd
 
-from decoders.autotune import autotune, calibration_cache_len, interp_latency, latency_curves, predicted_speedup
+from decoders.autotune import autotune, predicted_speedup
+from decoders.latency import calibration_cache_len, interp_latency, latency_curves
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import REFERENCE, against_reference
 from harness.analysis.io import to_markdown

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import (
-    CANDIDATES, LATENCY_KS, TIE, autotune, choose, calibration_cache_len, interp_latency, latency_curve, latency_curves,
-    dear_curve, fed_list, mean_curve, pick_finalists, predicted_speedup,
+from decoders.autotune import CANDIDATES, TIE, autotune, choose, dear_curve, fed_list, pick_finalists, predicted_speedup
+from decoders.latency import (
+    LATENCY_KS, calibration_cache_len, interp_latency, latency_curve, latency_curves, mean_curve,
 )
 from decoders.lookahead import SHAPE
 from tiny import tiny_backend
@@ -140,8 +140,6 @@ def test_set_shape_takes_tuned_values_and_tolerates_older_records():
 def test_prediction_prices_every_step_on_the_curve():
     """Bimodal steps (1-2 tokens without a prompt-lookup match, 12 with one) are priced one by one:
     on a stepped curve the cost at the mean k would be far off."""
-    from decoders.autotune import predicted_speedup
-
     curve = {1: 1.0, 2: 1.1, 10: 1.2, 12: 3.0}
     fed = [2, 2, 12, 12]
     assert predicted_speedup(10, fed, curve) == pytest.approx(10 * 1.0 / (1.1 + 1.1 + 3.0 + 3.0))

@@ -18,7 +18,7 @@ def curve_line(curve: dict[int, float], ks: tuple[int, ...] | None = None) -> st
 
 def snapshots_line(snapshots: list[dict[int, float]]) -> str:
     """``3 curves (t(1) 11.0-17.2 ms)``: the tuner's snapshots, spread over its calibration (see
-    ``decoders.autotune.SNAPSHOT_REPS``)."""
+    ``decoders.latency.SNAPSHOT_REPS``)."""
     t1 = [c[1] * 1e3 for c in snapshots]
     if not t1:
         return "the caller's curve"
