@@ -33,6 +33,7 @@ LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
 # t(k) over the tuning's minutes, not at one moment's.
 SNAPSHOT_REPS = 3
 
+
 def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 7) -> dict[int, float]:
     """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries."""
     return latency_curves([backend], ks, cache_len, reps)[0]
