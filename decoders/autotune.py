@@ -197,7 +197,7 @@ def autotune(
                                                      {k: r[k] for k in SHAPE}, corpus)})
         priced = snapshot()
     curve = priced
-    final = [{**r, **predictions(r["new_tokens"], fed_list(r), curve)} for r in final]  # all at the final mean
+    final = [{**r, **predictions(r["new_tokens"], fed_list(r["fed"]), curve)} for r in final]  # all at the final mean
     best = choose(final)
     if not best["solo_root"]:  # the chosen shape once more, its no-draft steps the root alone (see the docstring)
         solo = {**{k: best[k] for k in SHAPE}, "solo_root": True}
@@ -208,9 +208,10 @@ def autotune(
                  snapshots=snapshots, cache_len=cache_len, corpus=corpus)
 
 
-def fed_list(row: dict[str, Any]) -> list[int]:
-    """A calibration row's tokens fed by each step, from its ``fed`` counts (steps by tokens fed)."""
-    return [int(k) for k, n in row["fed"].items() for _ in range(n)]
+def fed_list(counts: dict[Any, int]) -> list[int]:
+    """The tokens fed by each step, from ``fed`` counts (steps by tokens fed, as a calibration row or a result
+    file keeps them; JSON makes the keys strings)."""
+    return [int(k) for k, n in counts.items() for _ in range(n)]
 
 
 def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_MARGIN) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, choose, predicted_speedup, predictions
+from decoders.autotune import CANDIDATES, choose, fed_list, predicted_speedup, predictions
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label, shape_of
 from harness.analysis.io import to_markdown
@@ -77,7 +77,7 @@ def price(per_prompt: dict[str, dict[str, Any]], hashes: list[str], curve: dict[
 def steps(per_prompt: dict[str, dict[str, Any]], hashes: list[str]) -> tuple[int, list[int]]:
     """One method's new tokens over the prompts ``hashes``, and the tokens fed by each of its steps there."""
     tokens = sum(per_prompt[h]["tokens"] for h in hashes)
-    return tokens, [int(k) for h in hashes for k, n in per_prompt[h]["fed"].items() for _ in range(n)]
+    return tokens, [k for h in hashes for k in fed_list(per_prompt[h]["fed"])]
 
 
 def auto_row(table: list[dict[str, Any]]) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def test_autotune_maximises_predicted_speedup(tiny):
         assert row["predicted"] == pytest.approx(row["S"] * curve[1] / interp_latency(curve, row["k_mean"]))
         assert row["predicted_dear"] == pytest.approx(row["S"] * dear[1] / interp_latency(dear, row["k_mean"]))
         # the steps by tokens fed, kept to price the candidate again: they give back S, k and the prediction
-        fed = fed_list(row)
+        fed = fed_list(row["fed"])
         assert sum(fed) / len(fed) == pytest.approx(row["k_mean"]) and row["new_tokens"] == round(row["S"] * len(fed))
         assert predicted_speedup(row["new_tokens"], fed, curve) == pytest.approx(row["predicted"])
     # the finalists are picked from the screening rows (see test_finalists_...), and the choice is the best finalist
@@ -158,7 +158,7 @@ def test_autotune_prices_steps_at_the_calibration_cache_length(tiny):
     assert tuned.snapshots[0] != tuned.snapshots[1]  # measured apart, not one curve copied
     for row in tuned.calibration:  # screening priced at the first snapshot, the final round at the mean of all
         at = tuned.snapshots[0] if row["round"] == "screen" else tuned.curve
-        assert row["predicted"] == pytest.approx(predicted_speedup(row["new_tokens"], fed_list(row), at))
+        assert row["predicted"] == pytest.approx(predicted_speedup(row["new_tokens"], fed_list(row["fed"]), at))
     assert autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=8, candidates=CANDIDATES[:1],
                     screen_tokens=4, finalists=1).cache_len is None  # the caller's curve, as given
 
