@@ -107,6 +107,11 @@ def mean_curve(curves: Sequence[dict[int, float]]) -> dict[int, float]:
     return {k: statistics.fmean(c[k] for c in curves) for k in curves[0]}
 
 
+def median_curve(curves: Sequence[dict[int, float]]) -> dict[int, float]:
+    """Each size's median over ``curves`` (perf's roofline, over the curves measured after its rounds)."""
+    return {k: statistics.median(c[k] for c in curves) for k in curves[0]}
+
+
 def interp_latency(curve: dict[int, float], k: float) -> float:
     ks = sorted(curve)
     return float(np.interp(k, ks, [curve[x] for x in ks]))

@@ -54,10 +54,10 @@ from typing import Any
 import pandas as pd
 
 from decoders.autotune import autotune, predicted_speedup
-from decoders.latency import calibration_cache_len, interp_latency, latency_curves
+from decoders.latency import calibration_cache_len, interp_latency, latency_curves, median_curve
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import REFERENCE, against_reference
-from harness.analysis.curves import curve_line, median_curve, regime_line, snapshots_line
+from harness.analysis.curves import curve_line, regime_line, snapshots_line
 from harness.analysis.io import to_markdown
 from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 from harness.analysis.steps import steps_by_size

@@ -7,9 +7,10 @@ import argparse
 import pytest
 
 from decoders.base import token_hash
+from decoders.latency import median_curve
 from decoders.lookahead import shape_label
+from harness.analysis.curves import curve_line, regime_line, snapshots_line
 from harness.cli_args import parse_pld, parse_shape, positive_int
-from harness.analysis.curves import curve_line, median_curve, regime_line, snapshots_line
 from harness.perf import format_table, free_stem, median_rounds, summarize
 
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens

@@ -1,14 +1,7 @@
-"""The latency-curve lines ``harness.perf`` prints, and the curve it prices its roofline at: pure functions of
-measured curves ({tokens fed: seconds}), kept apart from the runner so they are tested without a model."""
+"""The latency-curve lines ``harness.perf`` prints: pure functions of measured curves ({tokens fed: seconds}),
+kept apart from the runner so they are tested without a model."""
 
 from __future__ import annotations
-
-import statistics
-
-
-def median_curve(curves: list[dict[int, float]]) -> dict[int, float]:
-    """Each step size's median latency over several measured curves (same sizes)."""
-    return {k: statistics.median(c[k] for c in curves) for k in curves[0]}
 
 
 def curve_line(curve: dict[int, float], ks: tuple[int, ...] | None = None) -> str:
