@@ -427,6 +427,21 @@ def test_bench_times_copies_beside_ours(tmp_path, capsys):
     assert len(rows) == 2 and all(len(r.split("|")) == 6 for r in rows)
 
 
+def test_bench_packs_each_column_into_an_arena(monkeypatch):
+    """``kernels.bench`` holds a column's packed weights as the backend does: the same values, consecutive
+    and cache-line aligned in one huge-page arena where the OS offers huge pages; torch's tensors otherwise."""
+    from harness.runtime.arena import PAGE
+    from harness.runtime.kernels import bench
+
+    ts = [torch.randn(5, 7), torch.randn(3, 2).to(torch.bfloat16)]
+    out = bench.in_arena(ts)
+    assert [t.dtype for t in out] == [t.dtype for t in ts] and all(torch.equal(a, b) for a, b in zip(out, ts))
+    if bench.huge_pages_offered():
+        assert out[0].data_ptr() % PAGE == 0 and out[1].data_ptr() == out[0].data_ptr() + 192  # 140 B -> 3 lines
+    monkeypatch.setattr(bench, "huge_pages_offered", lambda: False)
+    assert all(a is b for a, b in zip(bench.in_arena(ts), ts))
+
+
 def test_bench_bins_rounds_by_bandwidth(capsys):
     """``kernels.bench --bins``: one table per bandwidth range that holds rounds, their counts adding up to
     every round; edges far above any machine's bandwidth put all rounds in the first range."""

@@ -15,7 +15,8 @@ an edited copy of the kernel sources in each DIR (``cp harness/runtime/kernels/*
 A/B of a kernel change in one command, instead of a throwaway script. ``--bins 36 46`` prints one table per
 bandwidth range instead (each round placed by the probe timed in it): on a VM whose bandwidth swings between
 ~30 and ~55 GB/s within minutes, a change that matters only when memory is fast shows there, and a few
-thousand short rounds (``--reps 2000 --rows 1``) fill every range.
+thousand short rounds (``--reps 2000 --rows 1``) fill every range. Each column's packed weights sit in a
+huge-page arena of their own, as the model's do (see :func:`in_arena`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cli_args import positive_int
+from harness.runtime.arena import ALIGN, WeightArena, huge_pages_offered
 from harness.runtime.kernels import available_variants, cpu_identity, cpu_line, load_small_gemm
 from harness.runtime.matmul import bandwidth_probe, round_robin_samples
 
@@ -43,6 +45,17 @@ def weights(layers: int) -> list[torch.Tensor]:
     ws = [torch.randn(n, k, generator=g) * k ** -0.5 for _ in range(layers) for n, k in LAYER_SHAPES]
     ws.append(torch.randn(VOCAB, HIDDEN, generator=g) * HIDDEN ** -0.5)
     return ws
+
+
+def in_arena(packed: list[torch.Tensor]) -> list[torch.Tensor]:
+    """One column's packed weights moved into a huge-page arena of their own, as the backend holds a model's
+    (harness.runtime.arena), where the OS offers huge pages. Why: left in torch's 4 KB pages, two builds of the
+    same code (one with a comment added) differed by 10% at 6 rows for a whole run (Zen 4, 2026-12-06), more
+    than most kernel changes an A/B looks for."""
+    if not huge_pages_offered():
+        return packed
+    arena = WeightArena(sum(p.numel() * p.element_size() + ALIGN for p in packed))
+    return [arena.take(p) for p in packed]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
                 if mod is None:
                     continue
                 for dtype in args.dtypes:
-                    packed = [(mod.pack(w, dtype == "bf16"), w.shape[0], w.shape[1]) for w in ws]
+                    packs = in_arena([mod.pack(w, dtype == "bf16") for w in ws])
+                    packed = [(p, w.shape[0], w.shape[1]) for p, w in zip(packs, ws)]
                     for r in args.rows:
                         fns[f"{variant} {dtype}{suffix}", r] = (
                             lambda r=r, mod=mod, packed=packed: [mod.linear(inputs[r][k], p, n) for p, n, k in packed])
@@ -91,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     pick = min if args.stat == "min" else statistics.median
     probe_s = samples.pop(("probe", 0))  # round i's probe: its bandwidth places the round in a range
     print(f"cpu: {cpu_line(cpu_identity())}")
+    pages = "a huge-page arena per column" if huge_pages_offered() else "torch's pages (no huge pages offered)"
+    print(f"packed weights: {pages}")
     edges = [0.0, *sorted(args.bins), float("inf")]
     for lo, hi in zip(edges, edges[1:]):
         rounds = [i for i, t in enumerate(probe_s) if lo <= probe_bytes / t / 1e9 < hi]
