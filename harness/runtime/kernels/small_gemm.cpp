@@ -216,6 +216,17 @@ constexpr bool PREFETCH_2ROW = !ZEN4;
 // 1-row bf16 matmuls ran 0.94x of 512 ahead at 46-53 GB/s (6.39 against 6.78 ms) and 0.97-0.98x at 29-33 GB/s,
 // and a whole 1-token bf16w step 0.96x at 49 GB/s (7.62 against 7.97 ms) and 0.97x at 46 (RUNS.md, thirtieth run).
 constexpr int64_t PREFETCH_ROW_BYTES = 512;
+// ... and AVX2's float32 tiles of 3-6 rows (one row tile, 6 x 1 stripe or 3 x 2) prefetch PREFETCH_F32_TILE_BYTES
+// ahead: on Zen 4 with AVX2 forced (2026-12-06, `kernels.bench --variants avx2 --rows 1 3 4 5 6 8 --against`, each
+// column's weights in a huge-page arena, min of 200 interleaved reps, three bandwidth bins, 35-51 GB/s) a forward's
+// float32 matmuls ran 0.89-0.91x of 2048 ahead at 4 rows, 0.93-0.95x at 5, 0.95-0.96x at 6, 0.97-1.01x at 3; 8192
+// ahead 0.93-0.98x at 4-6 rows. Two-tile blocks (7+ rows) keep 2048 (4096 there: 1.01-1.04x at 8 rows), as does
+// bfloat16 (4096: 1.04x at 3 rows). The thirty-fifth run's 4096 (1.06x) was taken in 4 KB pages (RUNS.md).
+#if defined(CPU_CAPABILITY_AVX2)
+constexpr int64_t PREFETCH_F32_TILE_BYTES = 4096;
+#else
+constexpr int64_t PREFETCH_F32_TILE_BYTES = PREFETCH_BYTES;
+#endif
 
 // Which cache a prefetch fills. The next block's lines (see block) go to L2: a block (147-393 KB) does not
 // fit L1 (32-48 KB), so lines prefetched there a block ahead would be evicted before use. The stream prefetch
@@ -368,7 +379,9 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
   const uintptr_t block_bytes = uintptr_t(NSB * K * SW * sizeof(T));
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
-    const uintptr_t first = MT == 1 ? PREFETCH_ROW_BYTES : PREFETCH_BYTES;
+    const uintptr_t first = MT == 1                                         ? PREFETCH_ROW_BYTES
+                            : sizeof(T) == sizeof(float) && tiles == 1 ? PREFETCH_F32_TILE_BYTES
+                                                                       : PREFETCH_BYTES;
     if (t > 0 && t == tiles - 1 && next)  // the next block, into L2
       rows_tile<T, NS, MT, true>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, block_bytes);
     else
@@ -601,6 +614,7 @@ pybind11::dict info() {
   d["row_tile"] = MT_MAX;
   d["prefetch_bytes"] = PREFETCH_BYTES;
   d["prefetch_bf16_row_bytes"] = PREFETCH_BF16_ROW ? PREFETCH_ROW_BYTES : 0;
+  d["prefetch_f32_tile_bytes"] = PREFETCH_F32_TILE_BYTES;  // float32 3-6-row tiles (see PREFETCH_F32_TILE_BYTES)
   d["work_split"] = "a run of blocks per thread, the rest taken from the back";
 #ifdef _OPENMP
   d["openmp"] = true;  // at::parallel_for runs on torch's threads
