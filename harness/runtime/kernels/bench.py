@@ -50,7 +50,7 @@ def weights(layers: int) -> list[torch.Tensor]:
 def in_arena(packed: list[torch.Tensor]) -> list[torch.Tensor]:
     """One column's packed weights moved into a huge-page arena of their own, as the backend holds a model's
     (harness.runtime.arena), where the OS offers huge pages. Why: left in torch's 4 KB pages, two builds of the
-    same code (one with a comment added) differed by 10% at 6 rows for a whole run (Zen 4, 2026-12-06), more
+    same code (one with a comment added) differed by 8-10% at 6 rows for a whole run (Zen 4, 2026-12-06), more
     than most kernel changes an A/B looks for."""
     if not huge_pages_offered():
         return packed
