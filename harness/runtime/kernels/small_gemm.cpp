@@ -355,7 +355,7 @@ void block_chunked(const float* x, int64_t M, int64_t K, const T* wb, float* y, 
   // too, not only under the first tile's. Zen 4 (2026-12-06, `kernels.bench --against`, huge pages, min of 80-150
   // interleaved reps, 39-54 GB/s): a forward's matmuls with AVX2 forced ran 0.87-0.90x at 7 rows, 0.92-0.96x at 8,
   // 0.85-0.88x at 11 (bfloat16 0.96-1.0x, so it keeps none); AVX-512 0.80x at 13, 0.875x at 16, 0.95x at 24.
-  const uintptr_t later = sizeof(T) == sizeof(float) ? uintptr_t(KC * SW * sizeof(T)) : 0;
+  const uintptr_t later = sizeof(T) == sizeof(float) ? uintptr_t(KC * UW<T> * sizeof(T)) : 0;  // one chunk's bytes
   for (int64_t s0 = 0; s0 < NSB && cols > s0 * SW; s0 += NS) {
     const T* w = wb + s0 * K * SW;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
@@ -382,11 +382,11 @@ void block(const float* x, int64_t M, int64_t K, const T* wb, float* y, int64_t 
   const int64_t tiles = (M + MT - 1) / MT;
   if (tiles >= 2 && tiles <= CHUNK_TILES<T>) return block_chunked<T, NS, MT>(x, M, K, wb, y, ldy, cols, tiles);
   const uintptr_t block_bytes = uintptr_t(NSB * K * SW * sizeof(T));
+  const uintptr_t first = MT == 1                                         ? PREFETCH_ROW_BYTES
+                          : sizeof(T) == sizeof(float) && tiles == 1 ? PREFETCH_F32_TILE_BYTES
+                                                                     : PREFETCH_BYTES;  // the first tile's
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int64_t mt = (M - m0) / (tiles - t);
-    const uintptr_t first = MT == 1                                         ? PREFETCH_ROW_BYTES
-                            : sizeof(T) == sizeof(float) && tiles == 1 ? PREFETCH_F32_TILE_BYTES
-                                                                       : PREFETCH_BYTES;
     if (t > 0 && t == tiles - 1 && next)  // the next block, into L2
       rows_tile<T, NS, MT, true>(mt, x + m0 * K, K, wb, y + m0 * ldy, ldy, cols, block_bytes);
     else
