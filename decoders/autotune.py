@@ -143,11 +143,14 @@ def dear_curve(curve: dict[int, float], factor: float = DEAR) -> dict[int, float
     return {k: curve[1] + factor * (t - curve[1]) for k, t in curve.items()}
 
 
-def predicted_speedup(tokens: int, fed: list[int], curve: dict[int, float]) -> float:
-    """``tokens * t(1) / sum of t(k) over the steps``: the speedup over `ar` that ``fed`` (tokens per step)
-    would give on the latency curve, decoding overheads aside."""
+def predicted_speedup(tokens: int, fed: list[int], curve: dict[int, float], prefill_s: float = 0.0) -> float:
+    """``(tokens * t(1) + prefill_s) / (sum of t(k) over the steps + prefill_s)``: the speedup over `ar` that
+    ``fed`` (tokens per step) would give on the latency curve, decoding overheads aside. ``prefill_s``: the
+    prompts' prefill time, which every decoder pays alike; a speedup measured on total time (prefill
+    included, as perf's) is priced with it, else the roofline overstates it by prefill's share. The tuner
+    ranks without it: it is the same for every candidate."""
     cost = {k: interp_latency(curve, k) for k in set(fed)}  # each distinct step size priced once
-    return tokens * curve[1] / sum(cost[k] for k in fed)
+    return (tokens * curve[1] + prefill_s) / (sum(cost[k] for k in fed) + prefill_s)
 
 
 def autotune(

@@ -3,7 +3,8 @@
 
 A greedy decode feeds the same tokens per step wherever it runs with the same matmul path, so one decode of
 each candidate on perf's measured prompts prices it at any curve. Its roofline is
-``tokens * t(1) / sum of t(k) over its steps``, perf's ``roofline`` column. For each perf result given, this
+``(tokens * t(1) + prefill) / (sum of t(k) over its steps + prefill)``, perf's ``roofline`` column, with the
+prefill time the run recorded (none for runs from before 2026-12-06's thirty-seventh). For each perf result given, this
 prints the auto pick's roofline at the curve its rounds ran at beside every other candidate's. It also prints
 the pick's measured speedup scaled by each ratio: an estimate of what that shape would have measured in that
 run. The auto pick's S here must equal the S perf measured, which checks that the prompts and steps are the
@@ -67,11 +68,14 @@ def decode_steps(backend, prompts: list[list[int]], max_new_tokens: int,
     return out
 
 
-def price(per_prompt: dict[str, dict[str, Any]], hashes: list[str], curve: dict[int, float]) -> dict[str, float]:
+def price(per_prompt: dict[str, dict[str, Any]], hashes: list[str], curve: dict[int, float],
+          prefill_s: float = 0.0) -> dict[str, float]:
     """S, mean tokens fed per step and roofline speedup over ``ar`` of one method on the prompts ``hashes``
-    (summed over them, as perf's table sums a method's prompts) at ``curve`` (seconds by tokens fed)."""
+    (summed over them, as perf's table sums a method's prompts) at ``curve`` (seconds by tokens fed), with
+    ``prefill_s`` of prefill on both sides (perf's roofline: see ``decoders.autotune.predicted_speedup``)."""
     tokens, fed = steps(per_prompt, hashes)
-    return {"S": tokens / len(fed), "k_mean": sum(fed) / len(fed), "roofline": predicted_speedup(tokens, fed, curve)}
+    return {"S": tokens / len(fed), "k_mean": sum(fed) / len(fed),
+            "roofline": predicted_speedup(tokens, fed, curve, prefill_s=prefill_s)}
 
 
 def steps(per_prompt: dict[str, dict[str, Any]], hashes: list[str]) -> tuple[int, list[int]]:
@@ -126,7 +130,8 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
     label, measured = shape_label(pick), auto_row(run["table"])
     if label not in decoded:
         raise ValueError(f"the run's auto pick {label} is not among the decoded methods")
-    mine = price(decoded[label], hashes, curve)
+    prefill = measured.get("prefill_s", 0.0)  # the run's prefill, the same work for every method (older runs: none)
+    mine = price(decoded[label], hashes, curve, prefill)
     if abs(mine["S"] - measured["S"]) > 1e-9:
         raise ValueError(f"the auto pick {label} has S {mine['S']:.4f} here against {measured['S']:.4f} in the "
                          f"run: not the run's prompts, length or matmul path")
@@ -135,10 +140,10 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
     ruled = rule_pick(decoded, hashes, tuner_curve)
     rows = []
     for name, per_prompt in decoded.items():
-        at_round = price(per_prompt, hashes, curve)
+        at_round = price(per_prompt, hashes, curve, prefill)
         rows.append({"method": name, "S": at_round["S"], "k_mean": at_round["k_mean"],
                      "roofline": at_round["roofline"],
-                     "roofline_tuner_curve": price(per_prompt, hashes, tuner_curve)["roofline"],
+                     "roofline_tuner_curve": price(per_prompt, hashes, tuner_curve, prefill)["roofline"],
                      "estimated_speedup": measured["speedup"] * at_round["roofline"] / mine["roofline"],
                      "auto_pick": name == label, "tuner_rule_pick": name == ruled})
     rows.sort(key=lambda r: -r["roofline"])
@@ -148,7 +153,8 @@ def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str]
                f"measured {measured['speedup']:.2f}x, roofline {mine['roofline']:.2f}x; best roofline "
                f"{best['method']} {best['roofline']:.2f}x, so an estimated {best['estimated_speedup']:.2f}x; "
                f"the tuner's rule on these prompts at its curve: {ruled_row['method']} "
-               f"(roofline {ruled_row['roofline']:.2f}x)")
+               f"(roofline {ruled_row['roofline']:.2f}x); rooflines with "
+               + (f"the run's prefill, {prefill:.2f} s" if prefill else "no prefill (the run recorded none)"))
     return rows, summary
 
 

@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from decoders.autotune import predicted_speedup
 from decoders.base import token_hash
 from decoders.latency import median_curve
 from decoders.lookahead import shape_label
@@ -16,9 +17,10 @@ from harness.perf import format_table, free_stem, median_rounds, summarize
 CURVE = {1: 0.010, 4: 0.020, 8: 0.030}  # seconds per forward of k tokens
 
 
-def _ours(prompt, tokens, total_s, inputs, forward_s):
+def _ours(prompt, tokens, total_s, inputs, forward_s, prefill_s=0.0):
     return {"prompt": prompt, "new_tokens": len(tokens), "output_hash": token_hash(tokens), "total_s": total_s,
-            "decode_s": total_s, "steps": len(inputs), "input_tokens": inputs, "forward_s": forward_s}
+            "decode_s": total_s - prefill_s, "prefill_s": prefill_s, "steps": len(inputs), "input_tokens": inputs,
+            "forward_s": forward_s}
 
 
 def test_summarize_speedup_S_roofline_and_overhead():
@@ -37,6 +39,25 @@ def test_summarize_speedup_S_roofline_and_overhead():
     assert la["overhead"] == pytest.approx(0.1) and la["exact"] == 1
     assert table["hf"]["speedup"] == pytest.approx(0.5) and table["hf"]["exact"] == 0 and "S" not in table["hf"]
     assert "| la |" in format_table(list(table.values()))
+
+
+def test_roofline_counts_prefill_on_both_sides_as_the_speedup_does():
+    """The speedup is on total time, prefill included, so the roofline prices the same prefill into both
+    decoders: a decode at its curve then reads 1.0 of it, not less by prefill's share."""
+    toks = list(range(8))
+    rows = [  # prefill 0.04 s each; la's 2 steps at t(4) = 0.02 s cost exactly the curve
+        {"method": "ar", **_ours(0, toks, 0.080 + 0.040, [1] * 8, 0.080, prefill_s=0.040)},
+        {"method": "la", **_ours(0, toks, 0.040 + 0.040, [4, 4], 0.040, prefill_s=0.040)},
+    ]
+    table = {r["method"]: r for r in summarize(rows, CURVE)}
+    la = table["la"]
+    assert la["speedup"] == pytest.approx(0.120 / 0.080)
+    assert la["roofline"] == pytest.approx((0.080 + 0.040) / (0.040 + 0.040))
+    assert la["of_roofline"] == pytest.approx(1.0)
+    assert la["prefill"] == pytest.approx(0.5) and la["prefill_s"] == pytest.approx(0.040)
+    assert table["ar"]["roofline"] == pytest.approx(1.0) and table["ar"]["prefill"] == pytest.approx(0.040 / 0.120)
+    # decode-only pricing would have put this decode at 0.75 of a 2x roofline
+    assert la["speedup"] / predicted_speedup(8, [4, 4], CURVE) == pytest.approx(0.75)
 
 
 def test_roofline_curve_is_each_sizes_median_over_the_rounds():

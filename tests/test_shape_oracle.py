@@ -84,6 +84,27 @@ def test_compare_run_ranks_at_the_rounds_curve_and_scales_the_measured_speedup(t
     assert f"at its curve: {ruled['m']}" in summary
 
 
+def test_compare_run_prices_the_runs_prefill_into_every_roofline(tiny):
+    """A run that recorded its prefill (perf's auto row, ``prefill_s``) has it priced on both sides of every
+    roofline, as perf's own column does; the ranking stays the decode's (every method makes the same tokens, so
+    (tokens * t(1) + p) / (steps' cost + p) orders them as their steps' cost does)."""
+    shapes = [dict(zip(SHAPE, c)) for c in (CANDIDATES[0], CANDIDATES[-1])]
+    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS) for s in shapes}
+    decoded = decode_steps(tiny, PROMPTS, 24, methods)
+    hashes = [token_hash(p) for p in PROMPTS]
+    run = _run(decoded, hashes, shapes[1], STEEP, FLAT)
+    plain, _ = compare_run(decoded, hashes, run)
+    run["table"][1]["prefill_s"] = 0.5
+    rows, summary = compare_run(decoded, hashes, run)
+    assert [r["method"] for r in rows] == [r["method"] for r in plain]
+    for r in rows:
+        assert r["roofline"] == pytest.approx(price(decoded[r["method"]], hashes, STEEP, 0.5)["roofline"])
+        decode_only = next(p["roofline"] for p in plain if p["method"] == r["method"])
+        assert abs(r["roofline"] - 1) < abs(decode_only - 1)  # prefill, common to both, pulls it toward 1
+    assert "the run's prefill, 0.50 s" in summary and "no prefill" in compare_run(decoded, hashes, _run(
+        decoded, hashes, shapes[1], STEEP, FLAT))[1]
+
+
 def test_compare_run_refuses_other_prompts_or_steps(tiny):
     shape = dict(zip(SHAPE, CANDIDATES[0]))
     decoded = decode_steps(tiny, PROMPTS, 16, {shape_label(shape): build_decoder("lookahead", **shape, **AUTO_FLAGS)})
