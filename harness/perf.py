@@ -58,7 +58,7 @@ from decoders.autotune import autotune, predicted_speedup
 from decoders.latency import calibration_cache_len, interp_latency, latency_curves, median_curve
 from decoders.lookahead import SHAPE, shape_label
 from harness.analysis.compare import REFERENCE, against_reference
-from harness.analysis.curves import curve_line, regime_line, snapshots_line
+from harness.analysis.curves import ar_steps_line, curve_line, regime_line, snapshots_line
 from harness.analysis.io import to_markdown
 from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 from harness.analysis.steps import steps_by_size
@@ -304,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
                 round_curves.append(latency_curves([backend], cache_len=roofline_cache)[0])
             task_curve = median_curve(round_curves)
             table = summarize(merged := median_rounds(rows), task_curve)
+            ar_step = statistics.median(r["forward_s"] / r["steps"] for r in merged if r["method"] == REFERENCE)
             by_size = steps_by_size([r for r in merged if r["method"] == auto],
                                     lambda k: interp_latency(task_curve, k) / task_curve[1])
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
@@ -315,13 +316,18 @@ def main(argv: list[str] | None = None) -> None:
                      "+pools = prompt and output n-grams, context-ranked; +corpus = and drafts from the "
                      f"{len(held_out)} held-out prompts' answers where the text has none; roofline (prefill "
                      f"included, at its measured time; prefill = its share of the total) at t(k) measured after each "
-                     f"round at cache {roofline_cache} (median over {len(round_curves)}): {curve_line(task_curve, (1, 2, 4, 6, 8, 16))}\n"
+                     f"round at cache {roofline_cache} (median over {len(round_curves)}): "
+                     f"{curve_line(task_curve, (1, 2, 4, 6, 8, 16))}; "
+                     f"{ar_steps_line(ar_step, task_curve)}\n"
                      + format_table(table) + "\nlookahead "
                      "auto's steps by tokens fed k (cost t(k)/t(1)):\n" + to_markdown(by_size, floatfmt=".2f"))
             print(block, flush=True)
             text.append(block)
             report["runs"][f"{dtype}/{task}"] = {
                 "curve_s": task_curve, "curve_rounds_s": round_curves, "curve_cache_len": roofline_cache, "table": table,
+                "ar_step_s": ar_step,  # and every round's timings, to see drift within the run
+                "timings": [{k: r[k] for k in ("method", "prompt", "round", "steps", *TIMINGS) if k in r}
+                            for r in rows],
                 "tuned": {"params": tuned.params, "predicted_speedup": tuned.predicted,
                           "calibration": tuned.calibration, "curve_s": tuned.curve, "cache_len": tuned.cache_len,
                           "curve_snapshots_s": tuned.snapshots},

@@ -10,7 +10,7 @@ from decoders.autotune import predicted_speedup
 from decoders.base import token_hash
 from decoders.latency import median_curve
 from decoders.lookahead import shape_label
-from harness.analysis.curves import curve_line, regime_line, snapshots_line
+from harness.analysis.curves import ar_steps_line, curve_line, regime_line, snapshots_line
 from harness.cli_args import parse_pld, parse_shape, positive_int
 from harness.perf import format_table, free_stem, median_rounds, summarize
 
@@ -245,6 +245,14 @@ def test_regime_line_flags_a_tuner_curve_from_another_memory_speed():
                                        "changed speed between them (1.52x), so its pick was priced for another regime")
     assert "another regime" in regime_line(fast, slow)  # either way round
     assert regime_line({1: 0.012}, {1: 0.0116}) == "the tuner priced steps at t(1) 12.0 ms, the rounds ran at 11.6 ms"
+
+
+def test_ar_steps_line_flags_rounds_at_another_memory_speed_than_the_curves_after_them():
+    assert ar_steps_line(0.0123, {1: 0.0121}) == ("ar's own forwards took 12.3 ms (t(1) 12.1 ms in the curves after "
+                                                  "the rounds)")
+    slow = ar_steps_line(0.0161, {1: 0.0121})
+    assert "another memory speed than those curves (1.33x)" in slow and "over 1 where ar ran slower" in slow
+    assert "another memory speed" in ar_steps_line(0.0100, {1: 0.0121})  # either way round
 
 
 def test_snapshots_line_gives_the_spread_of_the_tuners_curves():

@@ -26,3 +26,18 @@ def regime_line(tuner: dict[int, float], rounds: dict[int, float], tolerance: fl
     if max(ratio, 1 / ratio) <= tolerance:
         return line
     return f"{line}: memory changed speed between them ({ratio:.2f}x), so its pick was priced for another regime"
+
+
+def ar_steps_line(ar_step: float, rounds: dict[int, float], tolerance: float = 1.10) -> str:
+    """``ar``'s own forwards in the rounds (``ar_step``: seconds, its median prompt's mean) against the t(1) of the
+    curves measured after them. Why: the roofline prices every step at those curves, and the memory speed of
+    the rounds themselves can differ (a slow spell in the rounds, fast curves after them: in the thirty-seventh
+    run's HumanEval `ar` took 16.1 ms a token, prefill included, against t(1) 12.1 ms, and every method read
+    1.16-1.20 of its roofline, pld and jacobi too: `ar`, all 1-token steps, pays slow memory most)."""
+    ratio = ar_step / rounds[1]
+    line = (f"ar's own forwards took {ar_step * 1e3:.1f} ms (t(1) {rounds[1] * 1e3:.1f} ms in the curves after "
+            f"the rounds)")
+    if max(ratio, 1 / ratio) <= tolerance:
+        return line
+    return (f"{line}: the rounds ran at another memory speed than those curves ({ratio:.2f}x), so the roofline "
+            f"misprices them (of_roofline over 1 where ar ran slower, under 1 where it ran faster)")
