@@ -171,6 +171,14 @@ def test_kernel_attention_is_row_invariant(variant):
             alone = ours.attend(q[:, :, i : i + 1].contiguous(), block_keys(kc1), vc1,
                                 len(seen) - 1, None, 0.125)
             assert torch.equal(alone[0], step[i]), (k, L, i)
+    # causal (mask None), as a prefill: each tile of rows scores only the keys its rows reach, and every row
+    # still has the bits of an `ar` step at its position; a long one, so tiles reach very different lengths
+    for k, L in [(45, 0), (19, 33)]:
+        q, kc, vc, _ = _attention_inputs(9, 3, 64, k, L, seed=k)
+        step = ours.attend(q, block_keys(kc), vc, L, None, 0.125)
+        for i in range(k):
+            alone = ours.attend(q[:, :, i : i + 1].contiguous(), block_keys(kc), vc, L + i, None, 0.125)
+            assert torch.equal(alone[0], step[i]), (k, L, i)
 
 
 def test_fused_ops_only_where_they_apply():

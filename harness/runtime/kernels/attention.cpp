@@ -248,6 +248,17 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
       for (int64_t j = 0; j <= i; ++j) causal[i * k + j] = 1;
     vis = reinterpret_cast<const bool*>(causal.data());
   }
+  // reach[i]: 1 + the last new key token i sees (0: none). A tile scores keys up to L + its rows' largest reach,
+  // not all L + k: the keys past it are masked for every row of the tile, and a masked key is never read (see
+  // Exactness), so each row's bits are unchanged. Why: a causal prefill of n tokens scored, exponentiated and
+  // walked n keys for every row, twice the keys its rows see.
+  std::vector<int64_t> reach(static_cast<size_t>(k), 0);
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = k - 1; j >= 0; --j)
+      if (vis[i * k + j]) {
+        reach[i] = j + 1;
+        break;
+      }
   auto out = at::empty({k, H * d}, q.options());
   const int64_t S = L + k, groups = H / Hkv, rows = groups * k, tiles = (rows + RT - 1) / RT;
   const float* qp = q.data_ptr<float>();
@@ -262,13 +273,15 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
       const int64_t g = item / tiles, r0 = (item % tiles) * RT;
       Tile t{};
       t.R = std::min<int64_t>(RT, rows - r0);
+      int64_t St = L;  // keys the tile's rows see lie in 0..St-1
       for (int64_t r = 0; r < t.R; ++r) {
         const int64_t h = g * groups + (r0 + r) / k, i = (r0 + r) % k;  // query head h, new token i
         t.q[r] = qp + (h * k + i) * d;
         t.vis[r] = vis + i * k;
         t.out[r] = op + i * H * d + h * d;
+        St = std::max(St, L + reach[i]);
       }
-      attend_tile(t, kp + g * kt.size(1) * d * B, vp + g * cap * d, B, S, L, fscale, d, scores.data());
+      attend_tile(t, kp + g * kt.size(1) * d * B, vp + g * cap * d, B, St, L, fscale, d, scores.data());
     }
   });
   return out;
