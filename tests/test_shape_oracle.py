@@ -93,7 +93,7 @@ def test_compare_run_prices_the_runs_prefill_into_every_roofline(tiny):
     decoded = decode_steps(tiny, PROMPTS, 24, methods)
     hashes = [token_hash(p) for p in PROMPTS]
     run = _run(decoded, hashes, shapes[1], STEEP, FLAT)
-    plain, _ = compare_run(decoded, hashes, run)
+    plain, plain_summary = compare_run(decoded, hashes, run)
     run["table"][1]["prefill_s"] = 0.5
     rows, summary = compare_run(decoded, hashes, run)
     assert [r["method"] for r in rows] == [r["method"] for r in plain]
@@ -101,8 +101,7 @@ def test_compare_run_prices_the_runs_prefill_into_every_roofline(tiny):
         assert r["roofline"] == pytest.approx(price(decoded[r["method"]], hashes, STEEP, 0.5)["roofline"])
         decode_only = next(p["roofline"] for p in plain if p["method"] == r["method"])
         assert abs(r["roofline"] - 1) < abs(decode_only - 1)  # prefill, common to both, pulls it toward 1
-    assert "the run's prefill, 0.50 s" in summary and "no prefill" in compare_run(decoded, hashes, _run(
-        decoded, hashes, shapes[1], STEEP, FLAT))[1]
+    assert "the run's prefill, 0.50 s" in summary and "no prefill (the run recorded none)" in plain_summary
 
 
 def test_compare_run_refuses_other_prompts_or_steps(tiny):
