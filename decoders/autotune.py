@@ -50,6 +50,11 @@ FINALISTS = 4
 # the held-out prompts of results/perf/xeon-2026-12-05h): (1,2,1,t7,cap6,pl10) screened 9.7% behind
 # (1,2,1,t7,cap11,pl10) and missed the final, where it would have been predicted 0.7% ahead with 7.1
 # tokens a step against 9.1; on the 16 measured prompts it priced 1.71x against 1.68x at the same curve.
+# Where the frontier holds more than FINALISTS shapes, its smallest step always goes to the final, beside the
+# best predicted: measured 2026-12-07 (Xeon model 207, AVX2 forced, HumanEval, results/perf/xeon-2026-12-07):
+# the frontier held six shapes, the four best predicted all fed 7.6-9.1 tokens a step, and the tuner took
+# (1,3,1,t7,cap11,pl10), 1.57x `ar` (roofline 1.53x), where (1,2,1,t7,cap5,pl5), screened 11% behind at 4.5
+# tokens a step, ran 1.72x (roofline 1.74x) in the same rounds.
 SCREEN_MARGIN = 0.25
 # Finalists predicted within this fraction of the best are a tie, and the tie goes to the one predicted
 # best at a dearer curve: each step's cost over t(1) times DEAR. Why: a prediction is S on a few prompts
@@ -219,7 +224,8 @@ def fed_list(counts: dict[Any, int]) -> list[int]:
 
 def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_MARGIN) -> list[dict[str, Any]]:
     """The ``n`` screening rows to run at full length (see SCREEN_MARGIN), best predicted first: the
-    frontier rows within ``margin`` of the best, then the best of the others."""
+    frontier rows within ``margin`` of the best (where there are more than ``n``: the best, its smallest step
+    and the best of the others), then the best of the rest."""
     ranked = sorted(screen, key=lambda r: -r["predicted"])
     floor = (1 - margin) * ranked[0]["predicted"]
 
@@ -227,7 +233,11 @@ def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_
         return any(o["predicted"] >= r["predicted"] and o["k_mean"] <= r["k_mean"]
                    and (o["predicted"], o["k_mean"]) != (r["predicted"], r["k_mean"]) for o in screen)
 
-    picked = [r for r in ranked if r["predicted"] >= floor and not dominated(r)][:n]
+    frontier = [r for r in ranked if r["predicted"] >= floor and not dominated(r)]
+    picked = frontier[:n]
+    if len(frontier) > n > 1:  # the final always weighs the frontier's smallest step (see SCREEN_MARGIN)
+        smallest = min(frontier, key=lambda r: r["k_mean"])
+        picked = [r for r in frontier if r is not smallest][:n - 1] + [smallest]
     picked += [r for r in ranked if all(r is not p for p in picked)][:n - len(picked)]
     return sorted(picked, key=lambda r: -r["predicted"])
 

@@ -88,10 +88,24 @@ def test_finalists_keep_a_smaller_step_that_screened_close_behind():
     names = [r["name"] for r in pick_finalists(rows, 4)]
     # the frontier within 25% of the best (cap11, cap6, pl5; tiny is 45% behind), then the best of the rest
     assert names == ["cap11", "cap12", "cap6", "pl5"]
-    assert [r["name"] for r in pick_finalists(rows, 2)] == ["cap11", "cap6"]
+    # a frontier larger than the final: the best, its smallest step, then the best of the others
+    assert [r["name"] for r in pick_finalists(rows, 2)] == ["cap11", "pl5"]
+    assert [r["name"] for r in pick_finalists(rows, 1)] == ["cap11"]
     assert [r["name"] for r in pick_finalists(rows, 4, margin=0.6)] == ["cap11", "cap6", "pl5", "tiny"]
     assert [r["name"] for r in pick_finalists(rows, 4, margin=0.0)] == ["cap11", "cap12", "t10", "nocap"]
     assert [r["name"] for r in pick_finalists(rows[:1], 4)] == ["cap11"]
+
+
+def test_finalists_keep_the_frontiers_smallest_step_where_it_holds_more_shapes_than_the_final():
+    # xeon-2026-12-07's AVX2 HumanEval screening, rounded: six frontier shapes within 25%, the four best all
+    # 7.6-9.1 tokens a step; the smallest (cap5, 11% behind) ran 1.72x `ar` in the rounds, the pick 1.57x
+    rows = [{"name": n, "predicted": p, "k_mean": k} for n, p, k in (
+        ("t8", 2.700, 9.07), ("n3cap11", 2.688, 8.31), ("t10", 2.662, 8.07), ("n2cap11", 2.594, 7.59),
+        ("cap6", 2.569, 5.21), ("cap5", 2.380, 4.53), ("plain", 2.131, 4.70), ("paper", 1.044, 30.25))]
+    assert [r["name"] for r in pick_finalists(rows, 4)] == ["t8", "n3cap11", "t10", "cap5"]
+    assert [r["name"] for r in pick_finalists(rows, 6)] == ["t8", "n3cap11", "t10", "n2cap11", "cap6", "cap5"]
+    # "plain" is dominated (cap5 is predicted faster with fewer tokens a step): only the rest's best fills
+    assert [r["name"] for r in pick_finalists(rows, 7)][-1] == "plain"
 
 
 def test_choose_gives_near_ties_to_the_one_best_at_the_dear_curve():
