@@ -53,7 +53,7 @@ FINALISTS = 4
 # Where the frontier holds more than FINALISTS shapes, its smallest step always goes to the final, beside the
 # best predicted: measured 2026-12-07 (Xeon model 207, AVX2 forced, HumanEval, results/perf/xeon-2026-12-07):
 # the frontier held six shapes, the four best predicted all fed 7.6-9.1 tokens a step, and the tuner took
-# (1,3,1,t7,cap11,pl10), 1.57x `ar` (roofline 1.53x), where (1,2,1,t7,cap5,pl5), screened 11% behind at 4.5
+# (1,3,1,t7,cap11,pl10), 1.57x `ar` (roofline 1.53x), where (1,2,1,t7,cap5,pl5), screened 12% behind at 4.5
 # tokens a step, ran 1.72x (roofline 1.74x) in the same rounds.
 SCREEN_MARGIN = 0.25
 # Finalists predicted within this fraction of the best are a tie, and the tie goes to the one predicted

@@ -98,7 +98,7 @@ def test_finalists_keep_a_smaller_step_that_screened_close_behind():
 
 def test_finalists_keep_the_frontiers_smallest_step_where_it_holds_more_shapes_than_the_final():
     # xeon-2026-12-07's AVX2 HumanEval screening, rounded: six frontier shapes within 25%, the four best all
-    # 7.6-9.1 tokens a step; the smallest (cap5, 11% behind) ran 1.72x `ar` in the rounds, the pick 1.57x
+    # 7.6-9.1 tokens a step; the smallest (cap5, 12% behind) ran 1.72x `ar` in the rounds, the pick 1.57x
     rows = [{"name": n, "predicted": p, "k_mean": k} for n, p, k in (
         ("t8", 2.700, 9.07), ("n3cap11", 2.688, 8.31), ("t10", 2.662, 8.07), ("n2cap11", 2.594, 7.59),
         ("cap6", 2.569, 5.21), ("cap5", 2.380, 4.53), ("plain", 2.131, 4.70), ("paper", 1.044, 30.25))]
