@@ -199,6 +199,13 @@ def autotune(
                                          corpus)}
         for c in shapes
     ]
+    # The screening is priced again at the mean of the snapshot before it and one after, as the final round is at
+    # snapshots spread over its minutes. Why: the frontier the finalists come from was priced at one moment's curve;
+    # on the Xeon model 207 with AVX2 forced (2026-12-07) two tunings on the same HumanEval prompt priced a 10-token
+    # step at 1.23 and 1.39 t(1), and their frontiers held six and four shapes.
+    if given is None:
+        priced = snapshot()
+        screen = [{**r, **predictions(r["new_tokens"], fed_list(r["fed"]), priced)} for r in screen]
     final = []
     for r in pick_finalists(screen, finalists):  # a snapshot after each: the curve spans the final round's minutes
         final.append({"round": "final", **_calibrate(backend, prompts, max_new_tokens, priced, flags,

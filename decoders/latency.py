@@ -21,16 +21,16 @@ if TYPE_CHECKING:
 # fine steps up to 12: on a CPU the cost can jump between neighbouring sizes (where the matmul needs
 # another tile of rows), and interpolating across a jump would hide it
 LATENCY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64)
-# The tuner's own curve is the mean of snapshots of SNAPSHOT_REPS repetitions each: one before screening and one
-# after each finalist's run. Why: on a VM the memory speed swings between regimes lasting seconds to minutes, and
-# only t(1) swings with it; a large step is compute-bound and costs about the same in both. Measured 2026-12-06
-# (Zen 4, AVX-512; a scratch script alternating, for 10 minutes, a 64-token `ar` decode with the curve's own
-# forwards at cache 264): 258 of 312 pairs fast (medians t(1) 11.6 ms, t(11) 21.7 ms, probe 51 GB/s), 44 slow
-# (t(1) 17.2 ms, t(11) 21.0 ms, probe 33 GB/s), so t(11)/t(1) 1.88 or 1.21; `ar`'s own steps matched the curve's
-# t(1) within 3% (median) in both. One curve taken in a slow spell priced (1,2,1,t7,cap11,pl10) at 2.89x; the
-# rounds that followed, mostly fast, ran it at 1.49x and the cap-5 shape at 1.80x (results/perf/zen4-2026-12-06s).
-# A speedup is a ratio of total times over whatever mix of regimes a run meets, so steps are priced at the mean
-# t(k) over the tuning's minutes, not at one moment's.
+# The tuner's own curve is the mean of snapshots of SNAPSHOT_REPS repetitions each: one before screening, one after it
+# and one after each finalist's run. Why: on a VM the memory speed swings between regimes lasting seconds to minutes,
+# and only t(1) swings with it; a large step is compute-bound and costs about the same in both. Measured 2026-12-06
+# (Zen 4, AVX-512; a scratch script alternating, for 10 minutes, a 64-token `ar` decode with the curve's own forwards
+# at cache 264): 258 of 312 pairs fast (medians t(1) 11.6 ms, t(11) 21.7 ms, probe 51 GB/s), 44 slow (t(1) 17.2 ms,
+# t(11) 21.0 ms, probe 33 GB/s), so t(11)/t(1) 1.88 or 1.21; `ar`'s own steps matched the curve's t(1) within 3%
+# (median) in both. One curve taken in a slow spell priced (1,2,1,t7,cap11,pl10) at 2.89x; the rounds that followed,
+# mostly fast, ran it at 1.49x and the cap-5 shape at 1.80x (results/perf/zen4-2026-12-06s). A speedup is a ratio of
+# total times over whatever mix of regimes a run meets, so steps are priced at the mean t(k) over the tuning's
+# minutes, not at one moment's.
 SNAPSHOT_REPS = 3
 
 

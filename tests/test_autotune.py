@@ -167,11 +167,12 @@ def test_autotune_prices_steps_at_the_calibration_cache_length(tiny):
     assert calibration_cache_len(prompts, 16) == 6 + 8
     tuned = autotune(tiny, prompts, max_new_tokens=16, candidates=CANDIDATES[:3], screen_tokens=8, finalists=2)
     assert tuned.cache_len == 14 and sorted(tuned.curve) == sorted(LATENCY_KS)
-    # its curve is the mean of snapshots spread over the calibration: one before screening, one after each finalist
-    assert len(tuned.snapshots) == 1 + 2 and tuned.curve == pytest.approx(mean_curve(tuned.snapshots))
+    # its curve is the mean of snapshots spread over the calibration: one before screening, one after it, one after
+    # each finalist
+    assert len(tuned.snapshots) == 2 + 2 and tuned.curve == pytest.approx(mean_curve(tuned.snapshots))
     assert tuned.snapshots[0] != tuned.snapshots[1]  # measured apart, not one curve copied
-    for row in tuned.calibration:  # screening priced at the first snapshot, the final round at the mean of all
-        at = tuned.snapshots[0] if row["round"] == "screen" else tuned.curve
+    for row in tuned.calibration:  # screening priced at the mean of the first two, the final round at the mean of all
+        at = mean_curve(tuned.snapshots[:2]) if row["round"] == "screen" else tuned.curve
         assert row["predicted"] == pytest.approx(predicted_speedup(row["new_tokens"], fed_list(row["fed"]), at))
     assert autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=8, candidates=CANDIDATES[:1],
                     screen_tokens=4, finalists=1).cache_len is None  # the caller's curve, as given
