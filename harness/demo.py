@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     shape = {k: tuned.params[k] for k in SHAPE}
     print(f"latency t(1) {curve[1] * 1e3:.0f} ms, t(8) {curve[8] * 1e3:.0f} ms, t(32) {curve[32] * 1e3:.0f} ms")
     print(f"auto-tuned lookahead {shape_label(shape)} in {time.perf_counter() - t0:.0f}s "
-          f"(predicted {tuned.predicted:.2f}x)")
+          f"(predicted {tuned.predicted:.2f}x, decoding only)")
     configs = [
         ("ar", "ar", {}),
         ("jacobi(5)", "jacobi", {"window": 5}),

@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
                                     lambda k: interp_latency(task_curve, k) / task_curve[1])
             block = (f"\n-- {task}: {len(prompts)} prompts x {args.rounds} round(s), max_new_tokens {args.max_new_tokens}, {dtype}, "
                      f"{args.device.upper()}; speedups over our ar on total time (prefill included); "
-                     f"auto-tuner predicted {tuned.predicted:.2f}x (calibrated on {len(held_out)} held-out prompts, "
+                     f"auto-tuner predicted {tuned.predicted:.2f}x, decoding only "
+                     f"(calibrated on {len(held_out)} held-out prompts, "
                      f"steps priced at cache {tuned.cache_len}, at the mean of {snapshots_line(tuned.snapshots)}; "
                      f"{regime_line(tuned.curve, task_curve)}); "
                      f"(W,N,G,tT = prompt/output n-gram length,capC = tokens per step,plL = prompt-lookup chain); "
