@@ -143,6 +143,11 @@ def predictions(tokens: int, fed: list[int], curve: dict[int, float]) -> dict[st
             "predicted_dear": predicted_speedup(tokens, fed, dear_curve(curve))}
 
 
+def repriced(rows: list[dict[str, Any]], curve: dict[int, float]) -> list[dict[str, Any]]:
+    """Calibration ``rows`` with their predictions made again at ``curve``, from the steps they recorded."""
+    return [{**r, **predictions(r["new_tokens"], fed_list(r["fed"]), curve)} for r in rows]
+
+
 def dear_curve(curve: dict[int, float], factor: float = DEAR) -> dict[int, float]:
     """``curve`` with each step's cost over a 1-token step multiplied by ``factor`` (see TIE)."""
     return {k: curve[1] + factor * (t - curve[1]) for k, t in curve.items()}
@@ -205,14 +210,14 @@ def autotune(
     # step at 1.23 and 1.39 t(1), and their frontiers held six and four shapes.
     if given is None:
         priced = snapshot()
-        screen = [{**r, **predictions(r["new_tokens"], fed_list(r["fed"]), priced)} for r in screen]
+        screen = repriced(screen, priced)
     final = []
     for r in pick_finalists(screen, finalists):  # a snapshot after each: the curve spans the final round's minutes
         final.append({"round": "final", **_calibrate(backend, prompts, max_new_tokens, priced, flags,
                                                      {k: r[k] for k in SHAPE}, corpus)})
         priced = snapshot()
     curve = priced
-    final = [{**r, **predictions(r["new_tokens"], fed_list(r["fed"]), curve)} for r in final]  # all at the final mean
+    final = repriced(final, curve)  # all at the final mean
     best = choose(final)
     if not best["solo_root"]:  # the chosen shape once more, its no-draft steps the root alone (see the docstring)
         solo = {**{k: best[k] for k in SHAPE}, "solo_root": True}
