@@ -12,8 +12,9 @@ SCREEN_TOKENS), and predict its speedup as ``tokens * t(1) / sum over its steps 
 best (of near-ties, the one that loses least when extra rows turn dear: see TIE). Why the sum and not
 t(mean k): with a prompt-lookup chain k is bimodal (1-2 tokens without a match, 10+ with one), and on a
 CPU t(k) rises in steps, so the cost at the mean k mis-prices both kinds of step. The prediction is
-reported beside what the full run then measures. ``solo_root`` (a no-draft step feeds the root alone) is
-decided last, for the chosen shape alone: one more final-round run with it, kept by the same rule. Why last:
+reported beside what the full run then measures. A chosen shape without prompt lookup's chain runs once more
+with it, and that twin is kept where it is near-tied (see CHAIN). ``solo_root`` (a no-draft step feeds the root
+alone) is decided last, for the chosen shape alone: one more final-round run with it, kept by the same rule. Why last:
 it changes a shape's price only through t(2)/t(1)-sized steps, and twinning every candidate would double the
 calibration for a 1-2% choice.
 
@@ -73,6 +74,19 @@ SCREEN_MARGIN = 0.25
 TIE = 0.05
 # 2: the EPYC's 12-token step above went from 0.27 to 0.63 t(1) over a 1-token one (2.3x)
 DEAR = 2.0
+# The tuner's pick, where it has no prompt-lookup chain, runs once more with pld's draft length as its chain
+# (CHAIN), and that twin is kept where it is predicted within TIE of the pick at the dear curve. Why: without the
+# chain a shape falls behind `pld` wherever the measured prompts copy more than the held-out ones did; with it its
+# draft set holds pld's wherever the text matched two tokens or more (decoders/lookahead.py), so a near-tie goes
+# to the shape that cannot fall behind on copied text. Measured 2026-12-07 (Xeon model 207, AVX-512, MBPP,
+# results/perf/xeon-2026-12-07e): the tuner took (1,2,3,t7,cap6) on its four held-out prompts, and lookahead ran
+# 0.96x `pld`(6,10); (1,2,3,t7,cap6,pl10), not a candidate, predicted 0.4% behind it there (1.4% at the dear
+# curve). Decoded on 16 MBPP prompts (perf's spread) and priced at that run's curves, it was the best of twelve
+# shapes (roofline 2.006x `ar`, 1.817x without the chain, `pld`(6,10) 1.831x). Drawing four of the 16 to calibrate
+# on and judging the pick on the other twelve (400 draws), the rule without the twin lost to `pld`(6,10) in 4.3%
+# of draws and kept 98.6% of the best shape's roofline, with it in none and 99.1%; on 12 GSM8K prompts, where a
+# chainless shape had been picked before, it lost in none either way (99.4% -> 99.6%).
+CHAIN = 10
 # SHAPE tuples, from small steps to large. On a CPU, where t(k) grows early, the small ones win; on a
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
 # pay on code and quoted text; the caps at 6 and 8 tokens sit below the cost steps of the AVX2 kernel's
@@ -219,6 +233,10 @@ def autotune(
     curve = priced
     final = repriced(final, curve)  # all at the final mean
     best = choose(final)
+    if not best["prompt_lookup"]:  # the chosen shape once more with pld's chain (see CHAIN)
+        chained = {**{k: best[k] for k in SHAPE}, "prompt_lookup": CHAIN}
+        final.append({"round": "chain", **_calibrate(backend, prompts, max_new_tokens, curve, flags, chained, corpus)})
+        best = keep_chain(best, final[-1])
     if not best["solo_root"]:  # the chosen shape once more, its no-draft steps the root alone (see the docstring)
         solo = {**{k: best[k] for k in SHAPE}, "solo_root": True}
         final.append({"round": "solo", **_calibrate(backend, prompts, max_new_tokens, curve, flags, solo, corpus)})
@@ -252,6 +270,12 @@ def pick_finalists(screen: list[dict[str, Any]], n: int, margin: float = SCREEN_
         picked = [r for r in frontier if r is not smallest][:n - 1] + [smallest]
     picked += [r for r in ranked if all(r is not p for p in picked)][:n - len(picked)]
     return sorted(picked, key=lambda r: -r["predicted"])
+
+
+def keep_chain(plain: dict[str, Any], chained: dict[str, Any], tie: float = TIE) -> dict[str, Any]:
+    """Of the chosen shape and its twin with pld's chain, the twin where it is predicted within ``tie`` of the
+    shape at the dear curve (see CHAIN)."""
+    return chained if chained["predicted_dear"] >= (1 - tie) * plain["predicted_dear"] else plain
 
 
 def choose(rows: list[dict[str, Any]], tie: float = TIE) -> dict[str, Any]:

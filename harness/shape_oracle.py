@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, choose, fed_list, predicted_speedup, predictions
+from decoders.autotune import CANDIDATES, CHAIN, choose, fed_list, keep_chain, predicted_speedup, predictions
 from decoders.base import token_hash
 from decoders.lookahead import SHAPE, shape_label, shape_of
 from harness.analysis.io import to_markdown
@@ -42,10 +42,19 @@ PLDS = ((3, 10, False), (6, 10, True))  # pld's published setting, and the one w
 CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt variance is estimated (calibration_regret)
 
 
+def chain_twins() -> dict[str, str]:
+    """Label of each candidate without a prompt-lookup chain (with and without solo_root) -> the label of its twin
+    with pld's chain, which the tuner tries on such a pick (see ``decoders.autotune.CHAIN``)."""
+    shapes = [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
+    return {shape_label(s): shape_label({**s, "prompt_lookup": CHAIN}) for s in shapes if not s["prompt_lookup"]}
+
+
 def oracle_methods() -> dict[str, Any]:
     """Name -> decoder: every tuner candidate with perf's auto flags, each also with solo_root (the tuner tries
-    that on its pick), and the two pld rows to compare with."""
+    that on its pick), the chain twins of those without a chain (the tuner tries one on such a pick), and the
+    two pld rows to compare with."""
     shapes = [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
+    shapes += [{**s, "prompt_lookup": CHAIN} for s in shapes if not s["prompt_lookup"]]
     methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS) for s in shapes}
     methods.update({pld_name(m, n, r): build_decoder("pld", max_ngram=m, num_pred=n, recent=r) for m, n, r in PLDS})
     return methods
@@ -100,9 +109,14 @@ def as_curve(stored: dict[str, float]) -> dict[int, float]:
 def rule_pick(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], curve: dict[int, float]) -> str:
     """The lookahead candidate the tuner's rule (:func:`decoders.autotune.choose`: near-ties go to the dear
     curve) keeps on the prompts ``hashes`` priced at ``curve``, all candidates and their solo_root twins in its
-    final round (the tuner tries solo_root on its pick alone)."""
-    return choose([{"method": name, **predictions(*steps(d, hashes), curve)}
-                   for name, d in decoded.items() if not name.startswith(PLD)])["method"]
+    final round (the tuner tries solo_root on its pick alone), then the pick's chain twin where it was decoded
+    (:func:`decoders.autotune.keep_chain`; the tuner tries it before solo_root, here it is the pick's own twin)."""
+    twins = chain_twins()
+    rows = {name: {"method": name, **predictions(*steps(d, hashes), curve)}
+            for name, d in decoded.items() if not name.startswith(PLD)}
+    pick = choose([r for name, r in rows.items() if name not in twins.values()])
+    twin = rows.get(twins.get(pick["method"], ""))
+    return (keep_chain(pick, twin) if twin else pick)["method"]
 
 
 def calibration_regret(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], tuner_curve: dict[int, float],

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, TIE, autotune, choose, dear_curve, fed_list, pick_finalists, predicted_speedup
+from decoders.autotune import (CANDIDATES, CHAIN, TIE, autotune, choose, dear_curve, fed_list, keep_chain,
+                               pick_finalists, predicted_speedup)
 from decoders.latency import (
     LATENCY_KS, calibration_cache_len, interp_latency, latency_curve, latency_curves, mean_curve,
 )
@@ -57,10 +58,12 @@ def test_autotune_maximises_predicted_speedup(tiny):
     screen = [r for r in tuned.calibration if r["round"] == "screen"]
     final = [r for r in tuned.calibration if r["round"] == "final"]
     solo = [r for r in tuned.calibration if r["round"] == "solo"]
+    chain = [r for r in tuned.calibration if r["round"] == "chain"]
     assert [tuple(r[k] for k in SHAPE[:6]) for r in screen] == list(CANDIDATES) and len(final) == 3
-    assert not any(r["solo_root"] for r in screen + final) and len(tuned.calibration) == len(screen) + 3 + 1
+    assert not any(r["solo_root"] for r in screen + final + chain)
+    assert len(tuned.calibration) == len(screen) + 3 + len(chain) + 1
     assert {(r["tokens"], r["prompts"]) for r in screen} == {(12, 1)}
-    assert {(r["tokens"], r["prompts"]) for r in final + solo} == {(24, 2)}
+    assert {(r["tokens"], r["prompts"]) for r in final + chain + solo} == {(24, 2)}
     dear = dear_curve(curve)  # 1 + (2/8)(k-1) + 1/8: linear too
     assert dear[1] == curve[1] and dear[8] == pytest.approx(curve[1] + 2 * (curve[8] - curve[1]))
     for row in tuned.calibration:
@@ -74,6 +77,11 @@ def test_autotune_maximises_predicted_speedup(tiny):
     assert [tuple(r[k] for k in SHAPE) for r in final] == [tuple(r[k] for k in SHAPE) for r in pick_finalists(screen, 3)]
     best = choose(final)
     assert best["predicted"] >= (1 - TIE) * max(r["predicted"] for r in final)
+    # a pick without pld's chain is tried with it, and the twin kept where near-tied at the dear curve
+    assert len(chain) == (0 if best["prompt_lookup"] else 1)
+    if chain:
+        assert chain[0]["prompt_lookup"] == CHAIN and all(chain[0][k] == best[k] for k in SHAPE if k != "prompt_lookup")
+        best = keep_chain(best, chain[0])
     # solo_root is tried last, on the chosen shape alone, and kept by the same rule
     assert solo[0]["solo_root"] and all(solo[0][k] == best[k] for k in SHAPE if k != "solo_root")
     kept = choose([best, solo[0]])
@@ -124,6 +132,25 @@ def test_choose_gives_near_ties_to_the_one_best_at_the_dear_curve():
                    "predicted_dear": predicted_speedup(100, fed, dear_curve(curve))} for fed in (lean_steps, rich_steps))
     assert rich["predicted"] > lean["predicted"] > (1 - TIE) * rich["predicted"]  # a near-tie
     assert choose([rich, lean]) is rich
+
+
+def test_keep_chain_takes_the_twin_with_pld_s_chain_where_near_tied_at_the_dear_curve():
+    # xeon-2026-12-07e's MBPP held-out prompts, rounded: (1,2,3,t7,cap6) and its twin with a 10-token chain
+    plain, chained = {"predicted": 1.288, "predicted_dear": 1.175}, {"predicted": 1.283, "predicted_dear": 1.159}
+    assert keep_chain(plain, chained) is chained  # 1.4% behind at the dear curve: a tie
+    assert keep_chain(plain, {**chained, "predicted_dear": 1.10}) is plain  # 6.4% behind: none
+    assert keep_chain(plain, chained, tie=0.01) is plain
+
+
+def test_autotune_tries_pld_s_chain_on_a_pick_without_one(tiny):
+    """A pick without a chain is decoded once more with CHAIN tokens of it, in the final round's rows."""
+    prompts = [[7, 8, 9, 10, 11] * 4, [5, 6, 5, 6, 20, 21]]
+    tuned = autotune(tiny, prompts, {1: 1.0, 64: 2.0}, max_new_tokens=12, candidates=CANDIDATES[:1],
+                     screen_tokens=6, finalists=1)
+    final, chain = ([r for r in tuned.calibration if r["round"] == name] for name in ("final", "chain"))
+    assert final[0]["prompt_lookup"] is None and len(chain) == 1
+    assert {k: chain[0][k] for k in SHAPE} == {**{k: final[0][k] for k in SHAPE}, "prompt_lookup": CHAIN}
+    assert tuned.params["prompt_lookup"] == keep_chain(final[0], chain[0])["prompt_lookup"]
 
 
 def test_auto_decoder_tunes_once_and_stays_exact(tiny):

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from decoders import build_decoder
-from decoders.autotune import CANDIDATES, choose, dear_curve, predicted_speedup
+from decoders.autotune import CANDIDATES, CHAIN, choose, dear_curve, predicted_speedup
 from decoders.base import token_hash
-from decoders.lookahead import SHAPE, shape_label
+from decoders.lookahead import SHAPE, shape_label, shape_of
 from harness.analysis.perf_names import auto_name
 from harness.shape_oracle import AUTO_FLAGS, PLDS, compare_run, decode_steps, oracle_methods, price
 
@@ -21,7 +21,10 @@ STEEP = {1: 0.010, 4: 0.020, 16: 0.060}  # a compute-bound one
 
 def test_oracle_methods_are_every_candidate_with_and_without_solo_root_and_the_pld_rows():
     methods = oracle_methods()
-    assert len(methods) == 2 * len(CANDIDATES) + len(PLDS)
+    chainless = [c for c in CANDIDATES if shape_of(c)["prompt_lookup"] is None]
+    assert len(methods) == 2 * len(CANDIDATES) + 2 * len(chainless) + len(PLDS)
+    twin = methods[shape_label({**shape_of(chainless[0]), "prompt_lookup": CHAIN})]  # the tuner's chain twin
+    assert twin.prompt_lookup == CHAIN and twin.W == shape_of(chainless[0])["W"]
     la = methods[shape_label(dict(zip(SHAPE, CANDIDATES[0])))]
     assert all(getattr(la, flag) == value for flag, value in AUTO_FLAGS.items()) and not la.pool_from_corpus
     assert not la.solo_root and methods[shape_label({**dict(zip(SHAPE, CANDIDATES[0])), "solo_root": True})].solo_root
@@ -149,3 +152,19 @@ def test_calibration_regret_is_the_pick_s_loss_on_the_held_out_prompts():
     assert exact.count(0.0) == 3 and exact[3] > 0.3  # only the draw of p3 picks wrong
     assert calibration_regret(decoded, hashes, curve, curve, 1, draws=4000) == pytest.approx(sum(exact) / 4, rel=0.1)
     assert calibration_regret(decoded, hashes[:3], curve, curve, 2, draws=50) == 0.0
+
+
+def test_rule_pick_tries_the_picks_chain_twin_as_the_tuner_does():
+    """A chain twin is never ranked among the candidates; it replaces its chainless pick where near-tied at the
+    dear curve (``keep_chain``), as the tuner's extra final-round run does."""
+    from harness.shape_oracle import rule_pick
+
+    plain = shape_label(shape_of(CANDIDATES[0]))
+    twin = shape_label({**shape_of(CANDIDATES[0]), "prompt_lookup": CHAIN})
+    curve = {1: 1.0, 4: 1.1, 16: 1.5}
+    decoded = {plain: {"p": {"tokens": 12, "fed": {4: 8}}}, twin: {"p": {"tokens": 12, "fed": {4: 6, 11: 1}}}}
+    assert rule_pick(decoded, ["p"], curve) == twin
+    decoded[twin] = {"p": {"tokens": 12, "fed": {4: 8, 11: 2}}}  # its chain's steps too dear: no tie
+    assert rule_pick(decoded, ["p"], curve) == plain
+    del decoded[twin]  # not decoded: the pick stands
+    assert rule_pick(decoded, ["p"], curve) == plain
