@@ -38,7 +38,8 @@ from tasks.data import SHARED_DATA_DIR
 
 # the flags of perf's auto row (prompt and output pools, context ranking; no corpus)
 AUTO_FLAGS = {"pool_from_prompt": True, "pool_from_output": True, "pool_context": True}
-PLDS = ((3, 10, False), (6, 10, True))  # pld's published setting, and the one with lookahead's recency rule
+# pld's published setting, the target's pld(6), and pld(6) with lookahead's recency rule (perf's --pld rows)
+PLDS = ((3, 10, False), (6, 10, False), (6, 10, True))
 CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt variance is estimated (calibration_regret)
 
 
@@ -49,13 +50,17 @@ def chain_twins() -> dict[str, str]:
     return {shape_label(s): shape_label({**s, "prompt_lookup": CHAIN}) for s in shapes if not s["prompt_lookup"]}
 
 
-def oracle_methods() -> dict[str, Any]:
+def oracle_methods(only: list[str] | None = None) -> dict[str, Any]:
     """Name -> decoder: every tuner candidate with perf's auto flags, each also with solo_root (the tuner tries
     that on its pick), the chain twins of those without a chain (the tuner tries one on such a pick), and the
-    two pld rows to compare with."""
+    pld rows to compare with. ``only``: just these lookahead shapes (their labels), and the pld rows."""
     shapes = [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
     shapes += [{**s, "prompt_lookup": CHAIN} for s in shapes if not s["prompt_lookup"]]
-    methods = {shape_label(s): build_decoder("lookahead", **s, **AUTO_FLAGS) for s in shapes}
+    labels = [shape_label(s) for s in shapes]
+    if unknown := sorted(set(only or ()) - set(labels)):
+        raise ValueError(f"not tuner shapes (nor their twins): {', '.join(unknown)}; they are: {', '.join(labels)}")
+    methods = {label: build_decoder("lookahead", **s, **AUTO_FLAGS) for label, s in zip(labels, shapes)
+               if only is None or label in only}
     methods.update({pld_name(m, n, r): build_decoder("pld", max_ngram=m, num_pred=n, recent=r) for m, n, r in PLDS})
     return methods
 
@@ -120,18 +125,23 @@ def rule_pick(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], 
 
 
 def calibration_regret(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], tuner_curve: dict[int, float],
-                       curve: dict[int, float], n: int, draws: int = 200, seed: int = 0) -> float:
-    """Mean over ``draws`` random draws of ``n`` of the prompts ``hashes``: the tuner's rule picks on them at
-    ``tuner_curve``, and the pick is judged on the other prompts at ``curve``, as 1 - its roofline over the
-    best candidate's. What calibrating on ``n`` prompts loses to prompt variance (and to a curve of another
-    moment, where the two curves differ); the tuner's screening round aside."""
-    rng, lost = random.Random(seed), []
+                       curve: dict[int, float], n: int, draws: int = 200,
+                       seed: int = 0) -> tuple[float, dict[str, float]]:
+    """Over ``draws`` random draws of ``n`` of the prompts ``hashes``, the tuner's rule picks on them at
+    ``tuner_curve``, and the pick is judged on the other prompts at ``curve``: the mean of 1 - its roofline over the
+    best candidate's, and for each pld row decoded, the share of draws where the pick's roofline falls below
+    that row's. What calibrating on ``n`` prompts loses to prompt variance (and to a curve of another moment,
+    where the two curves differ); the tuner's screening round aside."""
+    rng, lost, behind = random.Random(seed), [], Counter()
+    plds = [name for name in decoded if name.startswith(PLD)]
     for _ in range(draws):
         calibration = rng.sample(hashes, n)
         rest = [h for h in hashes if h not in calibration]
-        truth = {name: price(d, rest, curve)["roofline"] for name, d in decoded.items() if not name.startswith(PLD)}
-        lost.append(1 - truth[rule_pick(decoded, calibration, tuner_curve)] / max(truth.values()))
-    return sum(lost) / draws
+        truth = {name: price(d, rest, curve)["roofline"] for name, d in decoded.items()}
+        pick = truth[rule_pick(decoded, calibration, tuner_curve)]
+        lost.append(1 - pick / max(v for name, v in truth.items() if not name.startswith(PLD)))
+        behind.update(name for name in plds if pick < truth[name])
+    return sum(lost) / draws, {name: behind[name] / draws for name in plds}
 
 
 def compare_run(decoded: dict[str, dict[str, dict[str, Any]]], hashes: list[str], run: dict[str, Any],
@@ -187,10 +197,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32")
     add_matmul_option(ap)
     ap.add_argument("--data-dir", default=str(SHARED_DATA_DIR))
+    ap.add_argument("--shapes", nargs="+", metavar="LABEL",
+                    help="decode only these lookahead shapes (labels as printed, e.g. '(1,2,3,t7,cap6)'; default: "
+                         "every candidate and twin) beside the pld rows; with --decoded, price only those")
     ap.add_argument("--decoded", type=Path, metavar="JSON",
                     help="an earlier oracle result (oracle-*.json): price its decoded steps again, decoding nothing")
     ap.add_argument("--out", type=Path, default=Path("results/oracle"))
     args = ap.parse_args(argv)
+    try:
+        methods = oracle_methods(args.shapes)
+    except ValueError as e:
+        ap.error(str(e))
     runs = []
     for path in args.perf:
         report = json.loads(path.read_text())
@@ -211,13 +228,14 @@ def main(argv: list[str] | None = None) -> None:
         if other or earlier["matmul_path"] != backend.matmul_path:
             ap.error(f"{args.decoded} decoded another task, length, dtype or matmul path "
                      f"({earlier['matmul_path']}); pass the options it ran with")
-        decoded = earlier["decoded"]
+        # with --shapes, only those (and the pld rows): e.g. without the chain twins, the rule as it was before them
+        decoded = {name: d for name, d in earlier["decoded"].items() if not args.shapes or name in methods}
         decoded_by = earlier.get("decoded_by", earlier["args"])  # the options of the run that decoded them
     else:
         prompts, _ = task_prompts(args.task, args.prompts, 0, args.data_dir, backend.tokenizer)
-        print(f"decoding {len(oracle_methods())} methods on {len(prompts)} {args.task} prompts "
-              f"({backend.matmul_path})", flush=True)
-        decoded = decode_steps(backend, prompts, args.max_new_tokens, oracle_methods())
+        print(f"decoding {len(methods)} methods on {len(prompts)} {args.task} prompts ({backend.matmul_path})",
+              flush=True)
+        decoded = decode_steps(backend, prompts, args.max_new_tokens, methods)
         decoded_by = None
     stored_args = {k: [str(x) for x in v] if isinstance(v, list) else str(v) if isinstance(v, Path) else v
                    for k, v in vars(args).items()}
@@ -231,11 +249,17 @@ def main(argv: list[str] | None = None) -> None:
         if missing := [h for h in hashes if h not in next(iter(decoded.values()))]:
             ap.error(f"{len(missing)} of {path}'s prompts were not decoded; decode at least its --prompts")
         rows, summary = compare_run(decoded, hashes, run)
-        if len(hashes) >= 2 * max(CALIBRATION_SIZES):  # enough prompts to hold some out
+        every = list(next(iter(decoded.values())))  # all the decoded prompts: the variance among them
+        if len(every) >= 2 * max(CALIBRATION_SIZES):  # enough prompts to hold some out
             rounds_curve, tuner_curve = as_curve(run["curve_s"]), as_curve(run["tuned"]["curve_s"])
-            losses = [f"{n} at the {name} curve {calibration_regret(decoded, hashes, c, rounds_curve, n):.1%}"
-                      for name, c in (("tuner's", tuner_curve), ("rounds'", rounds_curve)) for n in CALIBRATION_SIZES]
-            summary += "\ncalibrating on n of these prompts, the pick's mean loss on the others: " + ", ".join(losses)
+            losses = []
+            for name, c in (("tuner's", tuner_curve), ("rounds'", rounds_curve)):
+                for n in CALIBRATION_SIZES:
+                    loss, behind = calibration_regret(decoded, every, c, rounds_curve, n)
+                    losses.append(f"{n} at the {name} curve {loss:.1%} (behind "
+                                  + ", ".join(f"{p} in {share:.1%}" for p, share in behind.items()) + " of draws)")
+            summary += (f"\ncalibrating on n of the {len(every)} decoded prompts, the pick's mean loss on the others: "
+                        + "; ".join(losses))
         result["runs"][str(path)] = {"rows": rows, "summary": summary}
         text += [f"== {path}", summary, to_markdown(pd.DataFrame(rows), floatfmt=".2f"), ""]
         print("\n".join(text[-4:]), flush=True)

@@ -25,6 +25,10 @@ def test_oracle_methods_are_every_candidate_with_and_without_solo_root_and_the_p
     assert len(methods) == 2 * len(CANDIDATES) + 2 * len(chainless) + len(PLDS)
     twin = methods[shape_label({**shape_of(chainless[0]), "prompt_lookup": CHAIN})]  # the tuner's chain twin
     assert twin.prompt_lookup == CHAIN and twin.W == shape_of(chainless[0])["W"]
+    only = [shape_label(shape_of(CANDIDATES[0])), shape_label({**shape_of(CANDIDATES[0]), "prompt_lookup": CHAIN})]
+    assert list(oracle_methods(only)) == only + [name for name in methods if name.startswith("pld")]
+    with pytest.raises(ValueError, match=r"not tuner shapes \(nor their twins\): \(9,9,9\)"):
+        oracle_methods(["(9,9,9)"])
     la = methods[shape_label(dict(zip(SHAPE, CANDIDATES[0])))]
     assert all(getattr(la, flag) == value for flag, value in AUTO_FLAGS.items()) and not la.pool_from_corpus
     assert not la.solo_root and methods[shape_label({**dict(zip(SHAPE, CANDIDATES[0])), "solo_root": True})].solo_root
@@ -130,6 +134,9 @@ def test_cli_refuses_a_perf_file_of_another_task_or_length(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--task", "mt_bench", "--perf", str(perf), "--max-new-tokens", "128"])
     assert "ran 256 new tokens" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # before any model is loaded
+        main(["--task", "mt_bench", "--perf", str(perf), "--shapes", "(1,3,1)", "(9,9,9)"])
+    assert "not tuner shapes (nor their twins): (9,9,9)" in capsys.readouterr().err
 
 
 def test_calibration_regret_is_the_pick_s_loss_on_the_held_out_prompts():
@@ -150,8 +157,14 @@ def test_calibration_regret_is_the_pick_s_loss_on_the_held_out_prompts():
         truth = {name: price(d, rest, curve)["roofline"] for name, d in decoded.items()}
         exact.append(1 - truth[rule_pick(decoded, list(calibration), curve)] / max(truth.values()))
     assert exact.count(0.0) == 3 and exact[3] > 0.3  # only the draw of p3 picks wrong
-    assert calibration_regret(decoded, hashes, curve, curve, 1, draws=4000) == pytest.approx(sum(exact) / 4, rel=0.1)
-    assert calibration_regret(decoded, hashes[:3], curve, curve, 2, draws=50) == 0.0
+    loss, behind = calibration_regret(decoded, hashes, curve, curve, 1, draws=4000)
+    assert loss == pytest.approx(sum(exact) / 4, rel=0.1) and behind == {}  # no pld row decoded
+    assert calibration_regret(decoded, hashes[:3], curve, curve, 2, draws=50) == (0.0, {})
+    # a pld row that beats the large step on p0-p2 but not the small one: behind it only where p3 was drawn
+    decoded["pld(3,10)"] = {f"p{i}": {"tokens": 12, "fed": {2: 9}} for i in range(4)}
+    loss_with_pld, behind = calibration_regret(decoded, hashes, curve, curve, 1, draws=4000)
+    assert loss_with_pld == loss  # the loss is against the best lookahead shape, pld rows aside
+    assert behind["pld(3,10)"] == pytest.approx(0.25, abs=0.03)
 
 
 def test_rule_pick_tries_the_picks_chain_twin_as_the_tuner_does():
