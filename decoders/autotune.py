@@ -78,14 +78,14 @@ DEAR = 2.0
 # (CHAIN), and that twin is kept where it is predicted within TIE of the pick at the dear curve. Why: without the
 # chain a shape falls behind `pld` wherever the measured prompts copy more than the held-out ones did; with it its
 # draft set holds pld's wherever the text matched two tokens or more (decoders/lookahead.py), so a near-tie goes
-# to the shape that cannot fall behind on copied text. Measured 2026-12-07 (Xeon model 207, AVX-512, MBPP,
-# results/perf/xeon-2026-12-07e): the tuner took (1,2,3,t7,cap6) on its four held-out prompts, and lookahead ran
+# to the shape that proposes what `pld` would on copied text. Measured 2026-12-07 (Xeon model 207, AVX-512, MBPP,
+# results/perf/xeon-2026-12-07e): the tuner took (1,2,3,t7,cap6,solo) on its four held-out prompts, and lookahead ran
 # 0.96x `pld`(6,10); (1,2,3,t7,cap6,pl10), not a candidate, predicted 0.4% behind it there (1.4% at the dear
-# curve). Decoded on 16 MBPP prompts (perf's spread) and priced at that run's curves, it was the best of twelve
-# shapes (roofline 2.006x `ar`, 1.817x without the chain, `pld`(6,10) 1.831x). Drawing four of the 16 to calibrate
-# on and judging the pick on the other twelve (400 draws), the rule without the twin lost to `pld`(6,10) in 4.3%
-# of draws and kept 98.6% of the best shape's roofline, with it in none and 99.1%; on 12 GSM8K prompts, where a
-# chainless shape had been picked before, it lost in none either way (99.4% -> 99.6%).
+# curve), and in the same rounds of a later run the two ran 0.96x and 1.05x `pld`(6,10) (xeon-2026-12-07g).
+# `harness.shape_oracle` on 16 MBPP prompts (results/oracle/xeon-2026-12-07), drawing four of them to calibrate on
+# and judging the pick on the other twelve at three runs' tuner curves: without the twins the rule fell behind
+# `pld`(6,10) in 1.5-4.0% of draws, with them in 0-0.5%. A scratch replay on 12 GSM8K prompts, where a chainless
+# shape had been picked before, fell behind in none either way.
 CHAIN = 10
 # SHAPE tuples, from small steps to large. On a CPU, where t(k) grows early, the small ones win; on a
 # GPU, where t(k) is flat up to ~100 tokens, the paper's large windows do. The long text n-grams (7-8)
