@@ -233,14 +233,17 @@ def autotune(
     curve = priced
     final = repriced(final, curve)  # all at the final mean
     best = choose(final)
-    if not best["prompt_lookup"]:  # the chosen shape once more with pld's chain (see CHAIN)
-        chained = {**{k: best[k] for k in SHAPE}, "prompt_lookup": CHAIN}
-        final.append({"round": "chain", **_calibrate(backend, prompts, max_new_tokens, curve, flags, chained, corpus)})
-        best = keep_chain(best, final[-1])
-    if not best["solo_root"]:  # the chosen shape once more, its no-draft steps the root alone (see the docstring)
-        solo = {**{k: best[k] for k in SHAPE}, "solo_root": True}
-        final.append({"round": "solo", **_calibrate(backend, prompts, max_new_tokens, curve, flags, solo, corpus)})
-        best = choose([best, final[-1]])
+
+    def twin(name: str, **change: Any) -> dict[str, Any]:
+        """The chosen shape once more with ``change``, calibrated as the final round was (its row: round ``name``)."""
+        shape = {**{k: best[k] for k in SHAPE}, **change}
+        final.append({"round": name, **_calibrate(backend, prompts, max_new_tokens, curve, flags, shape, corpus)})
+        return final[-1]
+
+    if not best["prompt_lookup"]:  # with pld's chain (see CHAIN)
+        best = keep_chain(best, twin("chain", prompt_lookup=CHAIN))
+    if not best["solo_root"]:  # its no-draft steps the root alone (see the docstring)
+        best = choose([best, twin("solo", solo_root=True)])
     params = {**{k: best[k] for k in SHAPE}, **flags}
     return Tuned(params=params, predicted=best["predicted"], calibration=screen + final, curve=curve,
                  snapshots=snapshots, cache_len=cache_len, corpus=corpus)

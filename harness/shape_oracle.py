@@ -43,19 +43,27 @@ PLDS = ((3, 10, False), (6, 10, False), (6, 10, True))
 CALIBRATION_SIZES = (1, 2, 4, 8)  # calibration sets whose loss to prompt variance is estimated (calibration_regret)
 
 
+def candidate_shapes() -> list[dict[str, Any]]:
+    """Every tuner candidate as a SHAPE dict, each with and without solo_root (the tuner tries that on its pick)."""
+    return [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
+
+
+def chain_twin(shape: dict[str, Any]) -> dict[str, Any]:
+    """``shape`` with pld's chain: what the tuner tries on a chainless pick (see ``decoders.autotune.CHAIN``)."""
+    return {**shape, "prompt_lookup": CHAIN}
+
+
 def chain_twins() -> dict[str, str]:
-    """Label of each candidate without a prompt-lookup chain (with and without solo_root) -> the label of its twin
-    with pld's chain, which the tuner tries on such a pick (see ``decoders.autotune.CHAIN``)."""
-    shapes = [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
-    return {shape_label(s): shape_label({**s, "prompt_lookup": CHAIN}) for s in shapes if not s["prompt_lookup"]}
+    """Label of each candidate without a prompt-lookup chain (with and without solo_root) -> its chain twin's."""
+    return {shape_label(s): shape_label(chain_twin(s)) for s in candidate_shapes() if not s["prompt_lookup"]}
 
 
 def oracle_methods(only: list[str] | None = None) -> dict[str, Any]:
     """Name -> decoder: every tuner candidate with perf's auto flags, each also with solo_root (the tuner tries
     that on its pick), the chain twins of those without a chain (the tuner tries one on such a pick), and the
     pld rows to compare with. ``only``: just these lookahead shapes (their labels), and the pld rows."""
-    shapes = [{**shape_of(c), "solo_root": solo} for c in CANDIDATES for solo in (False, True)]
-    shapes += [{**s, "prompt_lookup": CHAIN} for s in shapes if not s["prompt_lookup"]]
+    shapes = candidate_shapes()
+    shapes += [chain_twin(s) for s in shapes if not s["prompt_lookup"]]
     labels = [shape_label(s) for s in shapes]
     if unknown := sorted(set(only or ()) - set(labels)):
         raise ValueError(f"not tuner shapes (nor their twins): {', '.join(unknown)}; they are: {', '.join(labels)}")
