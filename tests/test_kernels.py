@@ -188,6 +188,32 @@ def test_thread_count_never_changes_a_result(mod, bf16):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_next_weight_prefetch_never_changes_a_result(mod, bf16):
+    """``next=`` (the weight the caller multiplies after this one, whose start an idle thread prefetches)
+    changes no bit of linear's or swiglu's result at any row or thread count, and a foreign tensor is refused."""
+    g = torch.Generator().manual_seed(12)
+    k, inter = 576, 96
+    x = torch.randn(13, k, generator=g)
+    plain = mod.pack(torch.randn(960, k, generator=g) * k ** -0.5, bf16=bf16)
+    glu = mod.pack(torch.randn(2 * inter, k, generator=g) * k ** -0.5, bf16=bf16, glu=True)
+    nexts = [mod.pack(torch.randn(n, kk, generator=g), bf16=b) for n, kk, b in ((576, 1536, bf16), (130, 7, not bf16))]
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            for m in (1, 2, 6, 13):
+                xm = x[:m].contiguous()
+                want, want_glu = mod.linear(xm, plain, 960), mod.swiglu(xm, glu, 2 * inter)
+                for nxt in nexts:
+                    assert torch.equal(mod.linear(xm, plain, 960, next=nxt), want), (threads, m)
+                    assert torch.equal(mod.swiglu(xm, glu, 2 * inter, next=nxt), want_glu), (threads, m)
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(RuntimeError, match="next must be a weight from this build's pack"):
+        mod.linear(x, plain, 960, next=torch.randn(64, 576))
+
+
 def test_describe(mod):
     info = mod.kernel_info
     expected = EXPECTED_ISA.get(info.variant) or ("NEON" if platform.machine().lower() in ("aarch64", "arm64")

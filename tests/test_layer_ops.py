@@ -171,6 +171,12 @@ def test_kernel_attention_is_row_invariant(variant):
             alone = ours.attend(q[:, :, i : i + 1].contiguous(), block_keys(kc1), vc1,
                                 len(seen) - 1, None, 0.125)
             assert torch.equal(alone[0], step[i]), (k, L, i)
+    # the o-projection's weight as ``next`` (a thread done with its items prefetches its start): the same bits
+    q, kc, vc, tree = _attention_inputs(9, 3, 64, 6, 45, seed=3)
+    o_weight = ours.kernel.pack(torch.randn(576, 576))
+    for mask in (tree, None):
+        want = ours.kernel.attend(q, block_keys(kc), vc, 45, mask, 0.125)
+        assert torch.equal(ours.kernel.attend(q, block_keys(kc), vc, 45, mask, 0.125, next=o_weight), want)
     # causal (mask None), as a prefill: each tile of rows scores only the keys its rows reach, and every row
     # still has the bits of an `ar` step at its position; a long one, so tiles reach very different lengths
     for k, L in [(45, 0), (19, 33)]:

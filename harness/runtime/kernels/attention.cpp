@@ -23,6 +23,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -222,9 +224,14 @@ ATT_NOINLINE void attend_tile(const Tile& t, const float* kt, const float* value
 // q [1, H, k, d] rotated queries; kt [Hkv, blocks, d, B] the layer's keys (in blocks: see score_keys;
 // blocks * B >= capacity, B a multiple of the vector size), vc [Hkv, capacity, d] its values, the
 // committed entries 0..L-1 and this step's k new ones at L..L+k-1; mask [k, k] bool (True: new token i
-// sees new token j), None = causal. Returns [k, H * d]: row i holds head h's output at columns h*d..h*d+d.
+// sees new token j), None = causal; next: the o-projection's packed weight, whose start a thread done with
+// its items prefetches while the others finish (small_gemm.cpp's prefetch_start), or None. Returns [k, H * d]:
+// row i holds head h's output at columns h*d..h*d+d.
+void prefetch_run_start(const c10::optional<at::Tensor>& wp, int64_t M, int64_t t,
+                        const std::function<bool()>& waiting);
+
 at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
-                  const c10::optional<at::Tensor>& mask, double scale) {
+                  const c10::optional<at::Tensor>& mask, double scale, const c10::optional<at::Tensor>& next) {
   TORCH_CHECK(q.scalar_type() == at::kFloat && q.is_contiguous() && q.dim() == 4 && q.size(0) == 1 && q.device().is_cpu(),
               "attend: q must be a contiguous float32 CPU tensor [1, H, k, d]");
   TORCH_CHECK(kt.scalar_type() == at::kFloat && kt.is_contiguous() && kt.dim() == 4 && vc.scalar_type() == at::kFloat &&
@@ -267,7 +274,12 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
   float* op = out.data_ptr<float>();
   const float fscale = static_cast<float>(scale);
   // a work item: one kv head's tile of up to RT (query head, new token) rows, which share its keys and values
-  at::parallel_for(0, Hkv * tiles, 1, [&](int64_t b, int64_t e) {
+  // the threads that get items: at::parallel_for's split (one chunk of ceil(items / threads) each), or 1 inline
+  const int64_t items = Hkv * tiles, team = at::get_num_threads(), chunk = (items + std::min(team, items) - 1) /
+                                                                          std::min(team, items);
+  const int64_t workers = items > 1 && team > 1 && !at::in_parallel_region() ? (items + chunk - 1) / chunk : 1;
+  std::atomic<int64_t> done{0};
+  at::parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scores(static_cast<size_t>(RT * S));
     for (int64_t item = b; item < e; ++item) {
       const int64_t g = item / tiles, r0 = (item % tiles) * RT;
@@ -283,6 +295,9 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
       }
       attend_tile(t, kp + g * kt.size(1) * d * B, vp + g * cap * d, B, St, L, fscale, d, scores.data());
     }
+    done.fetch_add(1, std::memory_order_relaxed);
+    if (workers > 1)  // while the others finish: the start of this thread's run of the o-projection
+      prefetch_run_start(next, k, at::get_thread_num(), [&] { return done.load(std::memory_order_relaxed) < workers; });
   });
   return out;
 }
@@ -290,5 +305,5 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
 void register_attention(pybind11::module_& m) {
   m.def("attend", &attend, "a step's query rows against the layer's KV cache and mask -> [k, H * d]",
         pybind11::arg("q"), pybind11::arg("kt"), pybind11::arg("vc"), pybind11::arg("L"), pybind11::arg("mask"),
-        pybind11::arg("scale"));
+        pybind11::arg("scale"), pybind11::arg("next") = pybind11::none());
 }

@@ -16,25 +16,26 @@
 #include <vector>
 
 // the other sources' operations (see each for the shapes)
-at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out);
-at::Tensor swiglu(at::Tensor x, at::Tensor wp, int64_t n_out);
+at::Tensor linear(at::Tensor x, at::Tensor wp, int64_t n_out, const c10::optional<at::Tensor>& next);
+at::Tensor swiglu(at::Tensor x, at::Tensor wp, int64_t n_out, const c10::optional<at::Tensor>& next);
 at::Tensor add_rms_norm(at::Tensor x, const c10::optional<at::Tensor>& r, const at::Tensor& w, double eps);
 at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor kc,
                          at::Tensor vc, int64_t L, int64_t H, int64_t Hkv, bool keys_blocked);
 at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
-                  const c10::optional<at::Tensor>& mask, double scale);
+                  const c10::optional<at::Tensor>& mask, double scale, const c10::optional<at::Tensor>& next);
 at::Tensor silu_mul(const at::Tensor& gu);
 
 namespace {
 
-// one packed projection (pack()'s stripes), its output width and optional bias
+// one packed projection (pack()'s stripes), its output width and optional bias; next: the packed weight
+// multiplied after it (its start is prefetched by threads left idle at the end: small_gemm.cpp's prefetch_start)
 struct Proj {
   at::Tensor packed;
   int64_t n_out;
   c10::optional<at::Tensor> bias;
 
-  at::Tensor operator()(const at::Tensor& x) const {
-    at::Tensor y = linear(x, packed, n_out);
+  at::Tensor operator()(const at::Tensor& x, const c10::optional<at::Tensor>& next = c10::nullopt) const {
+    at::Tensor y = linear(x, packed, n_out, next);
     if (bias.has_value() && bias->defined()) y.add_(*bias);
     return y;
   }
@@ -58,15 +59,21 @@ class Layer {
 
   // x [k, hidden] the residual stream (updated in place: x += add, then x += attention's output);
   // add [k, hidden] what the previous layer adds (None for the first); cos/sin [k, d]; kt/vc the layer's
-  // caches; mask [k, k] bool among the new tokens or None (causal). Returns what this layer adds, [k, hidden].
+  // caches; mask [k, k] bool among the new tokens or None (causal); next: the packed weight multiplied after the
+  // layer (the next layer's qkv, or the LM head), or None. Returns what this layer adds, [k, hidden].
+  // Each call names the weight multiplied after it, so threads left idle prefetch its start (see Proj).
   at::Tensor forward(at::Tensor x, const c10::optional<at::Tensor>& add, const at::Tensor& cos, const at::Tensor& sin,
-                     at::Tensor kt, at::Tensor vc, int64_t L, const c10::optional<at::Tensor>& mask) const {
+                     at::Tensor kt, at::Tensor vc, int64_t L, const c10::optional<at::Tensor>& mask,
+                     const c10::optional<at::Tensor>& next) const {
     at::Tensor h = add_rms_norm(x, add, in_norm_, in_eps_);
-    at::Tensor q = rope_to_cache(qkv_(h), cos, sin, kt, vc, L, H_, Hkv_, true);
-    at::Tensor o = attend(q, kt, vc, L, mask, scale_);
-    h = add_rms_norm(x, o_(o), post_norm_, post_eps_);
-    return down_(glu_ ? swiglu(h, gate_up_.packed, gate_up_.n_out) : silu_mul(gate_up_(h)));
+    at::Tensor q = rope_to_cache(qkv_(h, o_.packed), cos, sin, kt, vc, L, H_, Hkv_, true);
+    at::Tensor o = attend(q, kt, vc, L, mask, scale_, o_.packed);
+    h = add_rms_norm(x, o_(o, gate_up_.packed), post_norm_, post_eps_);
+    return down_(glu_ ? swiglu(h, gate_up_.packed, gate_up_.n_out, down_.packed) : silu_mul(gate_up_(h, down_.packed)),
+                 next);
   }
+
+  const at::Tensor& qkv_weight() const { return qkv_.packed; }
 
  private:
   at::Tensor in_norm_, post_norm_;
@@ -129,24 +136,27 @@ class Stack {
     TORCH_CHECK(ends_, "Stack.logits: call set_ends first");
     at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
     c10::optional<at::Tensor> add = forward(x, gather_rows(cos_t, positions, "position"),
-                                            gather_rows(sin_t, positions, "position"), kt, vc, L, mask);
+                                            gather_rows(sin_t, positions, "position"), kt, vc, L, mask, head_.packed);
     if (rows.has_value() && rows->defined()) {  // [r, hidden] each
       x = gather_rows(x, *rows, "logit row");
       if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
     }
-    return head_(add_rms_norm(x, add, norm_, eps_));
+    return head_(add_rms_norm(x, add, norm_, eps_), layers_.front().qkv_weight());  // then the next step's first
   }
 
   // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, blocks, d, B] and vc
-  // [n_layers, Hkv, capacity, d] the caches; the rest as Layer::forward. Returns what the last layer adds.
+  // [n_layers, Hkv, capacity, d] the caches; last: the packed weight multiplied after the last layer (or None);
+  // the rest as Layer::forward. Returns what the last layer adds.
   c10::optional<at::Tensor> forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& kt,
-                                    const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask) const {
+                                    const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
+                                    const c10::optional<at::Tensor>& last) const {
     const auto n = static_cast<int64_t>(layers_.size());
     TORCH_CHECK(kt.dim() == 5 && vc.dim() == 4 && kt.size(0) == n && vc.size(0) == n,
                 "Stack: caches must be [n_layers, ...] for ", n, " layers");
     c10::optional<at::Tensor> add;
     for (int64_t i = 0; i < n; ++i)
-      add = layers_[i].forward(x, add, cos, sin, kt.select(0, i), vc.select(0, i), L, mask);
+      add = layers_[i].forward(x, add, cos, sin, kt.select(0, i), vc.select(0, i), L, mask,
+                               i + 1 < n ? c10::optional<at::Tensor>(layers_[i + 1].qkv_weight()) : last);
     return add;
   }
 
@@ -174,7 +184,7 @@ void register_layer(pybind11::module_& m) {
       .def(py::init<std::vector<Layer>>(), py::arg("layers"))
       .def("forward", &Stack::forward, "the layers in turn on x [k, hidden] (updated in place); returns what the "
            "last adds", py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("kt"), py::arg("vc"), py::arg("L"),
-           py::arg("mask"))
+           py::arg("mask"), py::arg("last") = py::none())
       .def("set_ends", &Stack::set_ends, "the embedding table, final norm and LM head, for logits",
            py::arg("embed"), py::arg("norm"), py::arg("eps"), py::arg("head"), py::arg("n_head"), py::arg("head_bias"))
       .def("logits", &Stack::logits, "the whole forward: token ids [k] -> logits [r, vocab] (see layer.cpp)",
