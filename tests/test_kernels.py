@@ -427,7 +427,9 @@ def test_sources_from_an_edited_copy(tmp_path):
 
 @pytest.mark.parametrize("script, option", [("bench", "--reps"), ("bench", "--rows"), ("bench", "--layers"),
                                             ("bench_attention", "--reps"), ("bench_attention", "--lengths"),
-                                            ("bench_attention", "--cache-len"), ("bench_attention", "--rows")])
+                                            ("bench_attention", "--cache-len"), ("bench_attention", "--rows"),
+                                            ("bench_step", "--reps"), ("bench_step", "--tokens"),
+                                            ("bench_step", "--cache-len")])
 def test_bench_counts_refuse_zero(script, option, capsys):
     """The developer benches' counts take positive_int like perf's: 0 stops at parsing with the expected
     form, before any weights are made or a model loads."""
@@ -451,6 +453,23 @@ def test_bench_times_copies_beside_ours(tmp_path, capsys):
     assert "| rows | baseline bf16 | baseline bf16 edited | baseline bf16 control |" in out
     rows = [line for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert len(rows) == 2 and all(len(r.split("|")) == 6 for r in rows)
+
+
+def test_bench_step_times_whole_steps_of_copies_beside_ours(tmp_path, capsys):
+    """``kernels.bench_step --against DIR...``: a whole SmolLM2 step per build and k, interleaved, each copy's
+    time over ours within a round, and whether its logits are bitwise ours (an identical copy: the cached build)."""
+    from harness.runtime.kernels import bench_step
+
+    copy = _copy_sources(tmp_path / "control")
+    bench_step.main(["--against", str(copy), "--tokens", "1", "2", "--reps", "2", "--cache-len", "20"])
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [("1", "ours"), ("1", "control"), ("2", "ours"),
+                                                              ("2", "control")]
+    assert all(r[4].strip() == "yes" for r in rows) and all(float(r[2]) > 0 for r in rows)
+    assert rows[0][3].strip() == "" and "(" in rows[1][3]
+    with pytest.raises(SystemExit):
+        bench_step.main(["--against", str(copy), str(copy)])  # two builds of one name
 
 
 def test_bench_packs_each_column_into_an_arena(monkeypatch):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -58,12 +59,13 @@ class Backend:
 
     def __init__(
         self, model: torch.nn.Module, tokenizer, name: str, attn: str = "auto", matmul: str = "auto",
-        bf16_weights: bool = False,
+        bf16_weights: bool = False, kernel_sources: Path | None = None,
     ) -> None:
         """``matmul``: which matmul path (:data:`harness.runtime.matmul.MATMUL_CHOICES`); ``attn``: which
         attention (:data:`harness.runtime.layer_ops.ATTN_CHOICES`, resolved into :attr:`attention_path`); ``bf16_weights``:
         the model's linear weights hold bfloat16 values (``dtype=bf16w``), so our kernel stores them in
-        bfloat16 and reads half the bytes, with the same results."""
+        bfloat16 and reads half the bytes, with the same results; ``kernel_sources``: our kernel built from an
+        edited copy of its sources (an A/B of a kernel change: ``harness.runtime.kernels.bench_step``)."""
         if attn not in ATTN_CHOICES:  # before the weights are packed
             raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
         model_type = getattr(model.config, "model_type", None)
@@ -81,7 +83,7 @@ class Backend:
         self.device: torch.device = param.device
         # the forward's matmuls, prepacked on CPU (see harness.runtime.matmul); decided once, not per call
         pack = can_pack(model)
-        kernel = select_kernel(matmul, model)
+        kernel = select_kernel(matmul, model, kernel_sources)
         self._kernel = kernel  # also for argmax
         arena = WeightArena.for_model(model) if kernel is not None else None  # 2 MB pages where offered
         glu = glu_fits(model, kernel)  # SiLU * up inside the gate_up matmuls

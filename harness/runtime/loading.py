@@ -85,10 +85,11 @@ def round_weights_to_bf16(model: torch.nn.Module) -> None:
 
 def load_backend(
     name_or_path: str = "smollm2", dtype: str = "float32", device: str = "cpu", attn: str = "auto",
-    matmul: str = "auto",
+    matmul: str = "auto", kernel_sources: Path | None = None,
 ) -> Backend:
     """Load a LLaMA-family causal LM by embedded name, local path or hub id (``matmul``: see
-    :data:`harness.runtime.matmul.MATMUL_CHOICES`; ``dtype``: see :data:`DTYPES`)."""
+    :data:`harness.runtime.matmul.MATMUL_CHOICES`; ``dtype``: see :data:`DTYPES`; ``kernel_sources``: see
+    :class:`Backend`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
@@ -111,4 +112,4 @@ def load_backend(
     if dtype == "bf16w":
         round_weights_to_bf16(model)
     return Backend(model.to(device), tokenizer, name=name_or_path, attn=attn, matmul=matmul,
-                   bf16_weights=dtype == "bf16w")
+                   bf16_weights=dtype == "bf16w", kernel_sources=kernel_sources)

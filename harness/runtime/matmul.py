@@ -21,6 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -220,8 +221,9 @@ def layer_projections(layer: torch.nn.Module, pack: bool, kernel: Any = None, bf
     )
 
 
-def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
-    """Our kernel module for ``model`` per ``matmul`` (see MATMUL_CHOICES), or None for the libraries.
+def select_kernel(matmul: str, model: torch.nn.Module, kernel_sources: Path | None = None) -> Any:
+    """Our kernel module for ``model`` per ``matmul`` (see MATMUL_CHOICES), or None for the libraries;
+    ``kernel_sources``: built from an edited copy of the kernel sources (an A/B: ``kernels.bench_step``).
 
     The kernel takes float32 activations on CPU, and like the packed path it holds a second copy of the
     weights, so it applies where :func:`can_pack` does. ``auto`` falls back to the libraries silently where
@@ -240,7 +242,8 @@ def select_kernel(matmul: str, model: torch.nn.Module) -> Any:
                          f"use matmul=auto or matmul=library")
     from harness.runtime.kernels import load_small_gemm
 
-    kernel = load_small_gemm(None if matmul == "auto" else matmul)  # ValueError: a variant this CPU lacks
+    kernel = load_small_gemm(None if matmul == "auto" else matmul,  # ValueError: a variant this CPU lacks
+                             source_dir=kernel_sources)
     if kernel is None and matmul != "auto":
         raise RuntimeError(f"the {matmul} matmul kernel could not be built (see the note above); use matmul=auto")
     return kernel

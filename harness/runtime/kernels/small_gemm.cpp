@@ -470,17 +470,6 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
   }
 }
 
-// Work split. Each thread owns one contiguous run of blocks (1/threads of them, cut at whole claim units),
-// works through it from the front, and when done takes units from the back of the run with the most left,
-// so a thread the OS descheduled (a busy machine) does not leave the others waiting for its share.
-// Against runs of NB / (4 * threads) blocks handed out from one counter in turn (the split before,
-// 2026-12-03, EPYC Zen 5, `kernels.bench --against`, min of 21 interleaved reps at 69-73 GB/s, where two
-// identical builds differ by up to 5%): a forward's 3-6 row bf16 matmuls 0.86-0.93x, float32 0.92-0.99x,
-// 1-row bf16 0.97-1.01x (AVX2 forced: 0.94-1.0x); a SmolLM2 forward 0.95-0.98x (median of 100 paired
-// reps). A static split (one run each, no stealing) was as fast within that noise. Which blocks a thread
-// takes never changes a result: each output is one accumulator summed in k order, whichever tile computes it.
-// A run [lo, hi) is one word, so the owner (from the front) and a thief (from the back) claim blocks with
-// one compare-and-swap each; one cache line per run.
 // The projection a caller runs next (see prefetch_start): its packed weights as run() will split them among
 // the threads. unit: the blocks a claim takes at least (a 1-row bfloat16 tile's two on AVX-512).
 struct NextProj {
@@ -497,13 +486,12 @@ constexpr int64_t IDLE_PREFETCH_BLOCKS = 2;
 // idle for at most the block another thread is finishing), or that finished its share of an attention call
 // (3 kv heads on 2 threads leave one idle half the call), used to wait while the memory bus ran at one core's
 // pace; now it fetches the lines it will stream first in the next call. Prefetches change no result.
-// On the Xeon (family 6 model 207, 2026-12-07, SmolLM2 float32 whole steps, cache 300, a build with it beside
-// an unedited one and an identical copy, 301 interleaved rounds at a median 21.6 GB/s): a 1-token step ran
-// 0.983x (quartiles 0.948-1.011) and a 6-token step 0.985x, where the identical copy ran 0.998x and 1.000x;
-// with AVX2 forced (201 rounds, 22.1 GB/s) 0.987x and 0.997x (the copy 1.008x, 1.004x); bf16w with AVX-512 (201
-// rounds, 24.0 GB/s) 0.977x and 0.979x (the copy 0.997x, 0.994x). One block, and no
-// prefetch after the LM head, gained less (0.981-0.989x at 1 token in three such runs). A debug build counted
-// ~16.5 MB prefetched a 1-token step, from 300 waits (two a call), 61 of them a whole block.
+// On the Xeon (family 6 model 207, 2026-12-07, `kernels.bench_step --tokens 1 6 --against <the sources before>
+// <an identical copy>`, whole SmolLM2 steps at cache 300, 201-301 interleaved rounds), the build before ran, over
+// this one within a round: float32 AVX-512 1.013x at 1 token and 1.014x at 6 (the copy 1.001x, 1.003x; 21 GB/s);
+// AVX2 forced 1.024x, 1.017x (0.996x, 0.997x; 24 GB/s); bf16w AVX-512 1.026x, 1.008x (1.006x, 1.005x; 28 GB/s).
+// One block, and no prefetch after the LM head, had gained less in scratch A/Bs (0.981-0.989x at 1 token). A debug
+// build counted ~16.5 MB prefetched a float32 1-token step, from 300 waits (two a call), 61 of them a whole block.
 template <typename Waiting>
 void prefetch_start(const NextProj& next, int64_t t, const Waiting& waiting) {
   if (next.w == nullptr) return;
@@ -521,6 +509,17 @@ void prefetch_start(const NextProj& next, int64_t t, const Waiting& waiting) {
   }
 }
 
+// Work split. Each thread owns one contiguous run of blocks (1/threads of them, cut at whole claim units),
+// works through it from the front, and when done takes units from the back of the run with the most left,
+// so a thread the OS descheduled (a busy machine) does not leave the others waiting for its share.
+// Against runs of NB / (4 * threads) blocks handed out from one counter in turn (the split before,
+// 2026-12-03, EPYC Zen 5, `kernels.bench --against`, min of 21 interleaved reps at 69-73 GB/s, where two
+// identical builds differ by up to 5%): a forward's 3-6 row bf16 matmuls 0.86-0.93x, float32 0.92-0.99x,
+// 1-row bf16 0.97-1.01x (AVX2 forced: 0.94-1.0x); a SmolLM2 forward 0.95-0.98x (median of 100 paired
+// reps). A static split (one run each, no stealing) was as fast within that noise. Which blocks a thread
+// takes never changes a result: each output is one accumulator summed in k order, whichever tile computes it.
+// A run [lo, hi) is one word, so the owner (from the front) and a thief (from the back) claim blocks with
+// one compare-and-swap each; one cache line per run.
 struct alignas(64) Run {
   std::atomic<uint64_t> span{0};
   static uint64_t pack(int64_t lo, int64_t hi) { return uint64_t(lo) | uint64_t(hi) << 32; }
