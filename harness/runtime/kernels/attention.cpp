@@ -24,9 +24,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 

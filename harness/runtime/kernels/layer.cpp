@@ -141,7 +141,9 @@ class Stack {
       x = gather_rows(x, *rows, "logit row");
       if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
     }
-    return head_(add_rms_norm(x, add, norm_, eps_), layers_.front().qkv_weight());  // then the next step's first
+    const c10::optional<at::Tensor> then =  // the next step's first weight
+        layers_.empty() ? c10::nullopt : c10::optional<at::Tensor>(layers_.front().qkv_weight());
+    return head_(add_rms_norm(x, add, norm_, eps_), then);
   }
 
   // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, blocks, d, B] and vc
