@@ -489,7 +489,8 @@ constexpr int64_t IDLE_PREFETCH_BLOCKS = 2;
 // On the Xeon (family 6 model 207, 2026-12-07, `kernels.bench_step --tokens 1 6 --against <the sources before>
 // <an identical copy>`, whole SmolLM2 steps at cache 300, 201-301 interleaved rounds), the build before ran, over
 // this one within a round: float32 AVX-512 1.013x at 1 token and 1.014x at 6 (the copy 1.001x, 1.003x; 21 GB/s);
-// AVX2 forced 1.024x, 1.017x (0.996x, 0.997x; 24 GB/s); bf16w AVX-512 1.026x, 1.008x (1.006x, 1.005x; 28 GB/s).
+// AVX2 forced 1.024x, 1.017x (0.996x, 0.997x; 24 GB/s); bf16w AVX-512 1.026x, 1.008x (1.006x, 1.005x; 28 GB/s),
+// AVX2 forced 1.012x, 1.004x (0.996x, 1.000x; 23 GB/s).
 // One block, and no prefetch after the LM head, had gained less in scratch A/Bs (0.981-0.989x at 1 token). A debug
 // build counted ~16.5 MB prefetched a float32 1-token step, from 300 waits (two a call), 61 of them a whole block.
 template <typename Waiting>
