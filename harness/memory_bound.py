@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from decoders.latency import one_step
-from harness.runtime.matmul import bandwidth_probe, forward_matmuls, round_robin_samples
+from harness.runtime.matmul import bandwidth_probe, forward_matmuls, paired_ratio, round_robin_samples
 
 
 @dataclass
@@ -28,11 +28,8 @@ class MemoryRounds:
         return {key: statistics.median(ts) for key, ts in self.t1_rounds.items()}
 
     def t1_ratio(self, key: str, base: str) -> tuple[float, float, float]:
-        """t(1) of ``key`` over ``base`` within each round: (median, lower quartile, upper quartile). Why: the
-        ratio of two medians hides how far a round's pair swings (0.60 could be 0.58-0.62 or 0.55-0.65)."""
-        ratios = [a / b for a, b in zip(self.t1_rounds[key], self.t1_rounds[base])]
-        q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-        return q2, q1, q3
+        """t(1) of ``key`` over ``base`` within each round: (median, lower quartile, upper quartile)."""
+        return paired_ratio(self.t1_rounds[key], self.t1_rounds[base])
 
 
 def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> MemoryRounds:

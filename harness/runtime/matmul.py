@@ -134,6 +134,14 @@ def round_robin_samples(fns: dict[Any, Callable[[], object]], reps: int, warmup:
     return times
 
 
+def paired_ratio(times: list[float], base: list[float]) -> tuple[float, float, float]:
+    """times[i] / base[i] over the rounds of ``round_robin_samples``: (median, lower quartile, upper quartile).
+    Why: the ratio of two medians hides how far a round's pair swings (0.60 could be 0.58-0.62 or 0.55-0.65)."""
+    ratios = [a / b for a, b in zip(times, base)]
+    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return q2, q1, q3
+
+
 def rotated(n: int, turn: int) -> list[int]:
     """0..n-1 starting at ``turn`` (mod n): the order of one round of timed runs. Why: in a fixed order the
     first (often the reference) alone pays whatever a round's start costs; rotating spreads it."""

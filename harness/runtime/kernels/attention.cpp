@@ -274,11 +274,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
   float* op = out.data_ptr<float>();
   const float fscale = static_cast<float>(scale);
   // a work item: one kv head's tile of up to RT (query head, new token) rows, which share its keys and values
-  // the threads that get items: at::parallel_for's split (one chunk of ceil(items / threads) each), or 1 inline
-  const int64_t items = Hkv * tiles, team = at::get_num_threads(), chunk = (items + std::min(team, items) - 1) /
-                                                                          std::min(team, items);
-  const int64_t workers = items > 1 && team > 1 && !at::in_parallel_region() ? (items + chunk - 1) / chunk : 1;
-  std::atomic<int64_t> done{0};
+  const int64_t items = Hkv * tiles;
+  std::atomic<int64_t> done{0};  // items finished, by every thread
   at::parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scores(static_cast<size_t>(RT * S));
     for (int64_t item = b; item < e; ++item) {
@@ -295,9 +292,9 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v
       }
       attend_tile(t, kp + g * kt.size(1) * d * B, vp + g * cap * d, B, St, L, fscale, d, scores.data());
     }
-    done.fetch_add(1, std::memory_order_relaxed);
-    if (workers > 1)  // while the others finish: the start of this thread's run of the o-projection
-      prefetch_run_start(next, k, at::get_thread_num(), [&] { return done.load(std::memory_order_relaxed) < workers; });
+    done.fetch_add(e - b, std::memory_order_relaxed);
+    // while others still work (never where this thread ran them all): the start of its run of the o-projection
+    prefetch_run_start(next, k, at::get_thread_num(), [&] { return done.load(std::memory_order_relaxed) < items; });
   });
   return out;
 }

@@ -23,7 +23,7 @@ from decoders.latency import step_inputs
 from harness.cli_args import positive_int
 from harness.runtime.kernels import available_variants, cpu_identity, cpu_line
 from harness.runtime.loading import load_backend
-from harness.runtime.matmul import bandwidth_probe, round_robin_samples
+from harness.runtime.matmul import bandwidth_probe, paired_ratio, round_robin_samples
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,17 +77,10 @@ def main(argv: list[str] | None = None) -> None:
         ours = samples["ours", k]
         for name in builds:
             ts = samples[name, k]
-            ratio = "" if name == "ours" else _paired(ts, ours)
+            ratio = "" if name == "ours" else "{:.3f} ({:.3f}-{:.3f})".format(*paired_ratio(ts, ours))
             print(f"| {k} | {name} | {1e3 * statistics.median(ts):.2f} | {ratio} | {'yes' if same[name, k] else 'NO'} |")
     print()
     print("the DIRs: " + ", ".join(f"{name} = {src}" for name, src in builds.items() if src is not None))
-
-
-def _paired(ts: list[float], base: list[float]) -> str:
-    """Median and quartiles of ts[i] / base[i] over the rounds."""
-    ratios = [a / b for a, b in zip(ts, base)]
-    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    return f"{q2:.3f} ({q1:.3f}-{q3:.3f})"
 
 
 if __name__ == "__main__":

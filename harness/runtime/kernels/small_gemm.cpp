@@ -470,8 +470,24 @@ void run_blocks(const float* x, int64_t M, int64_t K, const T* w, int64_t b0, in
   }
 }
 
+// The blocks a claim of an M-row call takes at least: a 1-row bfloat16 tile's two on AVX-512, else one
+template <typename T>
+constexpr int64_t claim_unit(int64_t M) {
+  return M == 1 && TWO_BLOCKS<T> ? 2 : 1;
+}
+
+// run()'s split of nb blocks: the threads that share them, and the blocks of each one's run (thread t's starts at
+// block t * per), cut at whole claims of `unit` blocks
+struct Split {
+  int64_t threads, per;
+};
+inline Split split_of(int64_t nb, int64_t unit) {
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), nb), units = (nb + unit - 1) / unit;
+  return {threads, threads > 0 ? (units + threads - 1) / threads * unit : 0};
+}
+
 // The projection a caller runs next (see prefetch_start): its packed weights as run() will split them among
-// the threads. unit: the blocks a claim takes at least (a 1-row bfloat16 tile's two on AVX-512).
+// the threads. unit: claim_unit's for the call's rows.
 struct NextProj {
   const char* w = nullptr;
   int64_t nb = 0, block_bytes = 0, stripes = NSB, unit = 1;  // blocks; bytes a block; stored stripes a block
@@ -496,10 +512,9 @@ constexpr int64_t IDLE_PREFETCH_BLOCKS = 2;
 template <typename Waiting>
 void prefetch_start(const NextProj& next, int64_t t, const Waiting& waiting) {
   if (next.w == nullptr) return;
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), next.nb);
-  if (threads <= 1 || t >= threads) return;
-  const int64_t units = (next.nb + next.unit - 1) / next.unit, per = (units + threads - 1) / threads * next.unit;
-  const int64_t b0 = t * per, b1 = std::min({next.nb, b0 + per, b0 + IDLE_PREFETCH_BLOCKS});
+  const Split split = split_of(next.nb, next.unit);
+  if (split.threads <= 1 || t >= split.threads) return;
+  const int64_t b0 = t * split.per, b1 = std::min({next.nb, b0 + split.per, b0 + IDLE_PREFETCH_BLOCKS});
   const int64_t stripe = next.block_bytes / next.stripes;  // bytes of a stored stripe
   for (int64_t b = b0; b < b1; ++b) {
     const char* base = next.w + b * next.block_bytes;
@@ -550,13 +565,13 @@ struct alignas(64) Run {
 template <typename T>
 void run(const float* x, int64_t M, int64_t K, const T* w, int64_t NB, float* y, int64_t n_out, float* act,
          const NextProj& next) {
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), NB);
+  const int64_t unit = claim_unit<T>(M);
+  const Split split = split_of(NB, unit);
+  const int64_t threads = split.threads, per = split.per;  // per: blocks a run
   if (threads <= 1 || NB > 0xFFFFFFFFLL) {
     at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) { run_blocks(x, M, K, w, b0, b1, y, n_out, b1, act); });
     return;
   }
-  const int64_t unit = M == 1 && TWO_BLOCKS<T> ? 2 : 1;  // blocks a claim takes at least (a 1-row bf16 tile's)
-  const int64_t units = (NB + unit - 1) / unit, per = (units + threads - 1) / threads * unit;  // blocks a run
   std::unique_ptr<Run[]> runs(new Run[threads]);
   std::atomic<int64_t> idle{0};  // threads that found no block left to claim
   for (int64_t t = 0; t < threads; ++t)
@@ -609,32 +624,38 @@ at::Tensor pack(at::Tensor w, bool bf16_weights, bool glu) {
 
 namespace {
 
-// x @ W^T [M, n_out] from pack()'s wp; given glu (swiglu), also each block's SwiGLU, into *glu [M, n_out / 2]
-// A packed weight (pack()'s, checked as project checks it) as the next projection of an M-row call; none: no prefetch
+// Columns per stored stripe of a packed weight of wp's type, and whether wp has pack()'s layout ([S, K, U],
+// contiguous, whole blocks)
+inline int64_t stripe_width(const at::Tensor& wp) { return wp.scalar_type() == at::kBFloat16 ? UW<bf16> : UW<float>; }
+inline bool packed_layout(const at::Tensor& wp) {
+  const int64_t U = stripe_width(wp);
+  return wp.dim() == 3 && wp.is_contiguous() && wp.size(2) == U && (wp.size(0) * U) % BN == 0;
+}
+
+// A packed weight (pack()'s, float32 or bfloat16 on CPU) as the next projection of an M-row call; none: no prefetch
 NextProj next_of(const c10::optional<at::Tensor>& wp, int64_t M, const char* name) {
   NextProj n;
   if (!wp.has_value() || !wp->defined()) return n;
   const bool half = wp->scalar_type() == at::kBFloat16;
-  const int64_t U = half ? UW<bf16> : UW<float>;
-  TORCH_CHECK((half || wp->scalar_type() == at::kFloat) && wp->dim() == 3 && wp->is_contiguous() &&
-                  wp->size(2) == U && (wp->size(0) * U) % BN == 0 && wp->device().is_cpu(),
+  TORCH_CHECK((half || wp->scalar_type() == at::kFloat) && packed_layout(*wp) && wp->device().is_cpu(),
               name, ": next must be a weight from this build's pack()");
+  const int64_t U = stripe_width(*wp);
   n.w = static_cast<const char*>(wp->data_ptr());
   n.nb = wp->size(0) * U / BN;
   n.block_bytes = BN * wp->size(1) * static_cast<int64_t>(wp->element_size());
   n.stripes = BN / U;
-  n.unit = M == 1 && half && TWO_BLOCKS<bf16> ? 2 : 1;
+  n.unit = half ? claim_unit<bf16>(M) : claim_unit<float>(M);
   return n;
 }
 
-// x @ W^T as linear(); next: the weight the caller multiplies next (see prefetch_start), or none
+// x @ W^T [M, n_out] from pack()'s wp; given glu (swiglu), also each block's SwiGLU, into *glu [M, n_out / 2];
+// next: the weight the caller multiplies next (see prefetch_start), or none
 at::Tensor project(const at::Tensor& x, const at::Tensor& wp, int64_t n_out, at::Tensor* glu, const char* name,
                    const c10::optional<at::Tensor>& next) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
               name, ": contiguous float32 CPU [rows, in] input expected");
-  const int64_t U = wp.scalar_type() == at::kBFloat16 ? UW<bf16> : UW<float>;
-  TORCH_CHECK(wp.dim() == 3 && wp.is_contiguous() && wp.size(2) == U && (wp.size(0) * U) % BN == 0,
-              name, ": weight not from this build's pack()");
+  const int64_t U = stripe_width(wp);
+  TORCH_CHECK(packed_layout(wp), name, ": weight not from this build's pack()");
   const int64_t M = x.size(0), K = x.size(1), NB = wp.size(0) * U / BN;
   TORCH_CHECK(wp.size(1) == K, name, ": packed weight has ", wp.size(1), " inputs, x has ", K);
   TORCH_CHECK(n_out >= 0 && n_out <= NB * BN, name, ": n_out ", n_out, " exceeds the packed weight's ", NB * BN,
