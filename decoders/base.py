@@ -171,10 +171,11 @@ class Decoder(ABC):
         )
 
     def verify(
-        self, tree: DraftTree, logits: torch.Tensor, pred: list[int], sampling: SamplingParams, gen: torch.Generator
+        self, tree: DraftTree, logits: torch.Tensor | None, pred: list[int], sampling: SamplingParams,
+        gen: torch.Generator,
     ) -> Verdict:
         """Greedy walk, or speculative sampling over the tree. ``logits``: [1 + len(tree) (+ the window's
-        rows, not read), vocab].
+        rows, not read), vocab]; None in a greedy step, which reads only ``pred``.
 
         A method (not inlined) so tests can substitute a deliberately wrong verifier and show that the
         distribution tests catch it.
@@ -204,9 +205,12 @@ class Decoder(ABC):
             mask_rows += [[True] + [False] * t + row for row in w_mask]
             rows = torch.tensor(list(range(1 + t)) + [1 + t + i for i in window.top_rows()], device=backend.device)
         mask = torch.tensor(mask_rows, device=backend.device) if k > 1 else None
-        logits = backend.forward(torch.tensor(ids, device=backend.device), torch.tensor(pos, device=backend.device),
-                                 mask, rows)  # [1 + t (+ W), vocab]
-        pred = backend.argmax(logits)  # [1 + t (+ W)] token ids
+        step = (torch.tensor(ids, device=backend.device), torch.tensor(pos, device=backend.device), mask, rows)
+        if sampling.greedy:  # the rows' argmax alone (through the LM head's screen where it runs)
+            logits, pred = None, backend.greedy_forward(*step)  # [1 + t (+ W)] token ids
+        else:
+            logits = backend.forward(*step)  # [1 + t (+ W), vocab]
+            pred = backend.argmax(logits)
         verdict = self.verify(tree, logits, pred, sampling, gen)
         backend.commit([0] + [1 + n for n in verdict.nodes])
         return StepOutput(verdict=verdict, tree_pred=pred[: 1 + t], window_pred=pred[1 + t :])

@@ -35,7 +35,8 @@ SNAPSHOT_REPS = 3
 
 
 def latency_curve(backend: Backend, ks=LATENCY_KS, cache_len: int = 300, reps: int = 7) -> dict[int, float]:
-    """Median seconds of one forward with k new tokens (causal among them) after ``cache_len`` entries."""
+    """Median seconds of one greedy step's forward (:meth:`Backend.greedy_forward`) with k new tokens (causal among
+    them) after ``cache_len`` entries."""
     return latency_curves([backend], ks, cache_len, reps)[0]
 
 
@@ -58,7 +59,7 @@ def latency_curves(backends: Sequence[Backend], ks=LATENCY_KS, cache_len: int = 
                 # back, while here the previous forward was another size (after k=64, k=1 read cold caches)
                 for timed in (False, True):
                     t0 = time.perf_counter()
-                    backend.forward(*ins[k])
+                    backend.greedy_forward(*ins[k])
                     backend.sync()
                     if rep and timed:  # round 0 is the warm-up
                         ts[k].append(time.perf_counter() - t0)
@@ -83,14 +84,16 @@ def step_inputs(backend: Backend, ks: Sequence[int], cache_len: int,
     return inputs
 
 
-def one_step(backend: Backend, cache_len: int = 300) -> Callable[[], None]:
-    """A call that runs one 1-token forward after ``cache_len`` random entries and forgets it (the state
+def one_step(backend: Backend, cache_len: int = 300, greedy: bool = True) -> Callable[[], None]:
+    """A call that runs one 1-token step after ``cache_len`` random entries and forgets it (the state
     :func:`latency_curves` measures t(1) in, without its untimed forward before each), to interleave with
-    other timings (perf's memory bound)."""
+    other timings (perf's memory bound): a greedy step's (:meth:`Backend.greedy_forward`), or with ``greedy``
+    False one that returns the logits (:meth:`Backend.forward`: the whole LM head, as a sampling step)."""
     ins = step_inputs(backend, [1], cache_len, torch.Generator().manual_seed(0))[1]
+    step = backend.greedy_forward if greedy else backend.forward
 
     def run() -> None:
-        backend.forward(*ins)
+        step(*ins)
         backend.sync()
         backend.commit([])
 

@@ -16,11 +16,13 @@ from harness.runtime.matmul import bandwidth_probe, forward_matmuls, paired_rati
 @dataclass
 class MemoryRounds:
     """What ``memory_rounds`` measured: read bandwidth (bytes/s); per backend key, its 1-row matmuls alone
-    (s, median) and t(1) of every round (entry i: round i, for paired ratios)."""
+    (s, median) and t(1) of every round (entry i: round i, for paired ratios): a greedy step's; and per backend
+    whose greedy steps screen the LM head, the t(1) of a step that reads the whole head (s, median)."""
 
     bandwidth: float
     matmuls: dict[str, float]
     t1_rounds: dict[str, list[float]]
+    t1_whole_head: dict[str, float]
 
     @property
     def t1(self) -> dict[str, float]:
@@ -41,19 +43,29 @@ def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> M
     fns: dict[Any, Callable[[], object]] = {"probe": probe}
     for key, backend in backends.items():
         fns["t1", key] = one_step(backend, cache_len)
+        if backend.head_screen is not None:  # what the screen saves, in the same rounds
+            fns["whole", key] = one_step(backend, cache_len, greedy=False)
         fns["matmuls", key] = forward_matmuls(backend)
     samples = round_robin_samples(fns, reps)
     times = {name: statistics.median(ts) for name, ts in samples.items()}
     return MemoryRounds(nbytes / times["probe"], {key: times["matmuls", key] for key in backends},
-                        {key: samples["t1", key] for key in backends})
+                        {key: samples["t1", key] for key in backends},
+                        {key: times["whole", key] for key in backends if ("whole", key) in times})
 
 
-def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float) -> str:
-    """t(1), and its matmuls alone, against the time to read the step's weights once at the bandwidth
-    measured in the same rounds."""
+def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float, whole_head: float | None = None) -> str:
+    """t(1) of a greedy step, and its matmuls alone, against the time to read the step's weights once at the
+    bandwidth measured in the same rounds; ``whole_head``: t(1) of a step that reads the whole float32 LM
+    head, where greedy steps screen it (its own bound beside it)."""
     weight = backend.step_weight_bytes()
     floor = weight / bandwidth
-    return (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
+    line = (f"memory bound: {weight / 1e6:.0f} MB of matmul weights per step / {bandwidth / 1e9:.1f} GB/s read = "
             f"{floor * 1e3:.1f} ms; t(1) = {t1 * 1e3:.1f} ms = {t1 / floor:.2f}x the bound: its matmuls "
             f"alone {matmul_s * 1e3:.1f} ms ({matmul_s / floor:.2f}x), the rest {(t1 - matmul_s) * 1e3:.1f} ms "
             f"(medians of interleaved rounds)")
+    if whole_head is not None and backend.head_screen is not None:
+        whole = weight - backend.head_screen.weight_bytes + backend.whole_head_bytes()
+        line += (f"; the LM head screened in bfloat16 (greedy steps): a step reading the whole float32 head "
+                 f"({whole / 1e6:.0f} MB, bound {whole / bandwidth * 1e3:.1f} ms) took {whole_head * 1e3:.1f} ms, "
+                 f"{t1 / whole_head:.3f}x")
+    return line

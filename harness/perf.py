@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         line = curve_line(curve)
         head = (f"== {args.device.upper()} {dtype}, matmuls: {backend.matmul_path}, attention: "
                 f"{backend.attention_path}; {args.model}, cache "
-                f"{args.cache_len}: {line}\n{memory_floor_line(backend, t1[dtype], bandwidth, matmuls[dtype])}")
+                f"{args.cache_len}: {line}\n"
+                f"{memory_floor_line(backend, t1[dtype], bandwidth, matmuls[dtype], mem.t1_whole_head.get(dtype))}")
         first = args.dtype[0]
         if dtype != first:
             ratio = mem.t1_ratio(dtype, first)
@@ -247,7 +248,9 @@ def main(argv: list[str] | None = None) -> None:
                                              "attention_path": backend.attention_path, "curve_s": curve,
                                              "t1_s": t1[dtype], "matmuls_s": matmuls[dtype],
                                              "t1_rounds_s": mem.t1_rounds[dtype],
-                                             "step_weight_bytes": backend.step_weight_bytes()}
+                                             "step_weight_bytes": backend.step_weight_bytes(),
+                                             **({"t1_whole_head_s": mem.t1_whole_head[dtype]}
+                                                if dtype in mem.t1_whole_head else {})}
         hf16 = hf_bfloat16(backend) if dtype == "bf16w" and args.tasks and not args.no_hf else None
         for task in args.tasks:
             prompts, held_out = task_prompts(task, args.prompts, args.calibration_prompts, args.data_dir,

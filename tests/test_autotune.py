@@ -32,6 +32,10 @@ class Recording:
         self.log.append((self.name, int(input_ids.shape[0])))
         return self.backend.forward(input_ids, *args, **kw)
 
+    def greedy_forward(self, input_ids, *args, **kw):  # the steps the curves time
+        self.log.append((self.name, int(input_ids.shape[0])))
+        return self.backend.greedy_forward(input_ids, *args, **kw)
+
     def __getattr__(self, attr):
         return getattr(self.backend, attr)
 

@@ -140,6 +140,11 @@ def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
     assert all(len(mem.t1_rounds[k]) == 5 and sorted(mem.t1_rounds[k])[2] == t1s[k] for k in backends)
     line = memory_floor_line(backends["a"], t1s["a"], bandwidth=1e10, matmul_s=matmuls["a"])
     assert "its matmuls alone" in line and f"the rest {(t1s['a'] - matmuls['a']) * 1e3:.1f} ms" in line
+    # where greedy steps screen the LM head, a step reading the whole head is timed in the same rounds
+    assert set(mem.t1_whole_head) == {k for k, b in backends.items() if b.head_screen is not None}
+    if "a" in mem.t1_whole_head:
+        line = memory_floor_line(backends["a"], t1s["a"], 1e10, matmuls["a"], mem.t1_whole_head["a"])
+        assert "a step reading the whole float32 head" in line
 
 
 def test_t1_ratio_pairs_the_rounds():
@@ -147,7 +152,7 @@ def test_t1_ratio_pairs_the_rounds():
     its pair, so the ratio of medians (here 1.0) is not what the rounds say (1.5, quartiles 1/3-2)."""
     from harness.memory_bound import MemoryRounds
 
-    mem = MemoryRounds(1e9, {}, {"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]})
+    mem = MemoryRounds(1e9, {}, {"a": [1.0, 2.0, 3.0], "b": [3.0, 1.0, 2.0]}, {})
     median, q1, q3 = mem.t1_ratio("a", "b")
     assert median == pytest.approx(1.5) and q1 == pytest.approx(1 / 3) and q3 == pytest.approx(2.0)
     assert mem.t1_ratio("a", "a") == (1.0, 1.0, 1.0)

@@ -56,13 +56,14 @@ class WeightArena:
         self.used = 0
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module) -> WeightArena | None:
+    def for_model(cls, model: torch.nn.Module, extra: int = 0) -> WeightArena | None:
         """An arena that holds every linear layer's weight packed (float32, padded to whole 64-column
-        blocks), or None where huge pages are not offered or the weights are under :data:`MIN_BYTES`."""
+        blocks) and ``extra`` bytes more, or None where huge pages are not offered or the weights are under
+        :data:`MIN_BYTES`."""
         if not huge_pages_offered():
             return None
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        bound = sum((m.out_features + 64) * m.in_features * 4 + ALIGN for m in linears)
+        bound = sum((m.out_features + 64) * m.in_features * 4 + ALIGN for m in linears) + extra
         try:
             return cls(bound) if bound >= MIN_BYTES else None
         except (OSError, ValueError):  # address space refused (a strict overcommit policy): 4 KB pages

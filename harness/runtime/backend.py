@@ -1,9 +1,10 @@
 """The one LLaMA backend shared by every decoder: KV cache, forward, attention.
 
 The backend owns the model weights (a Hugging Face ``LlamaForCausalLM``), a static KV cache and the
-per-forward counters. It knows no decoding algorithm: decoders call :meth:`Backend.forward` with the new
-tokens, their explicit positions and a mask among the new tokens, then :meth:`Backend.commit` the cache
-entries they keep.
+per-forward counters. It knows no decoding algorithm: decoders call :meth:`Backend.forward` (the logits) or
+:meth:`Backend.greedy_forward` (their argmax alone, which may read less: :mod:`harness.runtime.head_screen`)
+with the new tokens, their explicit positions and a mask among the new tokens, then :meth:`Backend.commit` the
+cache entries they keep.
 
 Why our own forward loop instead of ``model(...)``: the Hugging Face layers (norms, projections, MLP,
 rotary embedding) are reused as they are, but attention runs against a pre-allocated cache so that
@@ -11,8 +12,9 @@ rotary embedding) are reused as they are, but attention runs against a pre-alloc
 cache re-allocation and no Python-side mask preprocessing. This is the gpt-fast shape (explicit
 positions in every forward). It also makes the custom mask independent of the transformers attention
 back-end: the attention (ours, sdpa or eager) and its mask live in :mod:`harness.runtime.layer_ops`.
-The matmul paths live in :mod:`harness.runtime.matmul`, the FLOPs formula in :mod:`harness.runtime.flops`,
-loading in :mod:`harness.runtime.loading`.
+The matmul paths live in :mod:`harness.runtime.matmul`, the greedy LM head's screen in
+:mod:`harness.runtime.head_screen`, the FLOPs formula in :mod:`harness.runtime.flops`, loading in
+:mod:`harness.runtime.loading`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from harness.runtime.arena import WeightArena
 from harness.runtime.flops import forward_flops, model_shape
+from harness.runtime.head_screen import HeadScreen
 from harness.runtime.layer_ops import ATTN_CHOICES, glu_fits, layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
@@ -59,13 +62,16 @@ class Backend:
 
     def __init__(
         self, model: torch.nn.Module, tokenizer, name: str, attn: str = "auto", matmul: str = "auto",
-        bf16_weights: bool = False, kernel_sources: Path | None = None,
+        bf16_weights: bool = False, kernel_sources: Path | None = None, screen_head: bool = True,
     ) -> None:
         """``matmul``: which matmul path (:data:`harness.runtime.matmul.MATMUL_CHOICES`); ``attn``: which
         attention (:data:`harness.runtime.layer_ops.ATTN_CHOICES`, resolved into :attr:`attention_path`); ``bf16_weights``:
         the model's linear weights hold bfloat16 values (``dtype=bf16w``), so our kernel stores them in
         bfloat16 and reads half the bytes, with the same results; ``kernel_sources``: our kernel built from an
-        edited copy of its sources (an A/B of a kernel change: ``harness.runtime.kernels.bench_step``)."""
+        edited copy of its sources (an A/B of a kernel change: ``harness.runtime.kernels.bench_step``);
+        ``screen_head``: greedy steps read the float32 LM head's bfloat16 rounding and recompute the few rows
+        that can hold the argmax (:mod:`harness.runtime.head_screen`: same tokens, 10% fewer bytes a SmolLM2
+        step), where our kernel runs the whole forward; False reads the whole head every step."""
         if attn not in ATTN_CHOICES:  # before the weights are packed
             raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
         model_type = getattr(model.config, "model_type", None)
@@ -85,15 +91,23 @@ class Backend:
         pack = can_pack(model)
         kernel = select_kernel(matmul, model, kernel_sources)
         self._kernel = kernel  # also for argmax
-        arena = WeightArena.for_model(model) if kernel is not None else None  # 2 MB pages where offered
+        screening = screen_head and kernel is not None and not bf16_weights
+        head = model.lm_head
+        extra = (head.out_features + 64) * head.in_features * 2 if screening else 0  # the screen's bfloat16 head
+        arena = WeightArena.for_model(model, extra) if kernel is not None else None  # 2 MB pages where offered
         glu = glu_fits(model, kernel)  # SiLU * up inside the gate_up matmuls
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights, arena, glu) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights, arena)
+        screen = HeadScreen.of(model.lm_head, kernel, arena) if screening else None
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
         self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,
-                              self._proj, self._lm_head)
+                              self._proj, self._lm_head, screen)
+        #: the greedy LM head's screen where greedy steps run through it, else None
+        self.head_screen: HeadScreen | None = screen if self._ops.screens_head else None
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype,
                                               0 if arena is None else arena.huge_bytes())
+        if self.head_screen is not None:
+            self.matmul_path += "; greedy LM head screened in bfloat16"
         #: the attention actually run: ``kernel`` (ours), ``sdpa`` or ``eager``
         self.attention_path: str = self._ops.attn
         eos = model.config.eos_token_id
@@ -122,12 +136,18 @@ class Backend:
         return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
 
     def projections(self) -> list[Projection]:
-        """Every matmul of a forward, in its order (each layer's four, then the LM head)."""
-        return [p for lp in self._proj for p in lp.all()] + [self._lm_head]
+        """Every matmul of a greedy step, in its order (each layer's four, then the LM head: its screen's
+        bfloat16 one where :attr:`head_screen` runs)."""
+        head = self._lm_head if self.head_screen is None else self.head_screen.projection
+        return [p for lp in self._proj for p in lp.all()] + [head]
 
     def step_weight_bytes(self) -> int:
-        """Bytes of matmul weights one forward reads: what a decoding step streams from memory."""
+        """Bytes of matmul weights one greedy step reads: what a decoding step streams from memory."""
         return sum(p.weight_bytes for p in self.projections())
+
+    def whole_head_bytes(self) -> int:
+        """Bytes of the whole LM head, which a step returning logits reads (a sampling step)."""
+        return self._lm_head.weight_bytes
 
     # ---- cache management -------------------------------------------------------------------------
     @property
@@ -189,7 +209,6 @@ class Backend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    @torch.inference_mode()
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -205,6 +224,26 @@ class Backend:
         sees all committed entries. logit_rows: [r] indices of the rows whose logits are wanted
         (None = all k). The new K/V entries stay pending until :meth:`commit`.
         """
+        return self._run(input_ids, positions, tree_mask, logit_rows, prefill, greedy=False)
+
+    def greedy_forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        tree_mask: torch.Tensor | None = None,
+        logit_rows: torch.Tensor | None = None,
+    ) -> list[int]:
+        """:meth:`argmax` of :meth:`forward`'s logits, [r] token ids: what a greedy step needs. Through the LM
+        head's screen where :attr:`head_screen` runs (the same ids, from the bfloat16 head and a few float32
+        rows), else exactly that."""
+        if self.head_screen is None or self._rope is None:
+            return self.argmax(self.forward(input_ids, positions, tree_mask, logit_rows))
+        return self._run(input_ids, positions, tree_mask, logit_rows, False, greedy=True)
+
+    @torch.inference_mode()
+    def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None,
+             logit_rows: torch.Tensor | None, prefill: bool, greedy: bool) -> torch.Tensor | list[int]:
+        """:meth:`forward`, or with ``greedy`` (only where the head is screened) :meth:`greedy_forward`."""
         t0 = time.perf_counter()
         k = int(input_ids.shape[0])
         L = self.length
@@ -212,8 +251,10 @@ class Backend:
             raise ValueError(f"KV cache overflow: {L} + {k} > capacity {self.capacity}; call reset() larger")
         s, ops = self.shape, self._ops
         mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
-        if ops.whole_forward and self._rope is not None:  # the same operations in one call (layer.cpp)
-            logits = ops.logits(input_ids, positions, self._rope, self._k_cache, self._v_cache, L, mask, logit_rows)
+        if greedy:  # the whole forward to each row's argmax in one call (layer.cpp, head_screen.cpp)
+            out = ops.greedy(input_ids, positions, self._rope, self._k_cache, self._v_cache, L, mask, logit_rows)
+        elif ops.whole_forward and self._rope is not None:  # the same operations in one call (layer.cpp)
+            out = ops.logits(input_ids, positions, self._rope, self._k_cache, self._v_cache, L, mask, logit_rows)
         else:
             model = self.model.model
             x = model.embed_tokens(input_ids)  # [k, hidden]
@@ -226,7 +267,7 @@ class Backend:
             if logit_rows is not None:  # the final norm only for the rows whose logits are wanted
                 x, add = x[logit_rows], None if add is None else add[logit_rows]  # [r, hidden]
             _, h = ops.add_norm(x, add, model.norm)  # [r, hidden]
-            logits = self._lm_head(h).float()  # [r, vocab]
+            out = self._lm_head(h).float()  # [r, vocab]
         self._pending = k
         r = k if logit_rows is None else int(logit_rows.shape[0])
         self.counters.input_tokens.append(k)
@@ -235,7 +276,7 @@ class Backend:
         if self.device.type == "cuda":
             self.sync()
         self.counters.forward_s.append(time.perf_counter() - t0)
-        return logits
+        return out
 
     # ---- helpers used by every decoder -------------------------------------------------------------
     def argmax(self, logits: torch.Tensor) -> list[int]:

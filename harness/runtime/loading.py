@@ -85,11 +85,11 @@ def round_weights_to_bf16(model: torch.nn.Module) -> None:
 
 def load_backend(
     name_or_path: str = "smollm2", dtype: str = "float32", device: str = "cpu", attn: str = "auto",
-    matmul: str = "auto", kernel_sources: Path | None = None,
+    matmul: str = "auto", kernel_sources: Path | None = None, screen_head: bool = True,
 ) -> Backend:
     """Load a LLaMA-family causal LM by embedded name, local path or hub id (``matmul``: see
-    :data:`harness.runtime.matmul.MATMUL_CHOICES`; ``dtype``: see :data:`DTYPES`; ``kernel_sources``: see
-    :class:`Backend`)."""
+    :data:`harness.runtime.matmul.MATMUL_CHOICES`; ``dtype``: see :data:`DTYPES`; ``kernel_sources`` and
+    ``screen_head``: see :class:`Backend`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
@@ -112,4 +112,4 @@ def load_backend(
     if dtype == "bf16w":
         round_weights_to_bf16(model)
     return Backend(model.to(device), tokenizer, name=name_or_path, attn=attn, matmul=matmul,
-                   bf16_weights=dtype == "bf16w", kernel_sources=kernel_sources)
+                   bf16_weights=dtype == "bf16w", kernel_sources=kernel_sources, screen_head=screen_head)

@@ -156,7 +156,7 @@ def round_robin(fns: dict[Any, Callable[[], object]], reps: int, warmup: int = 1
 
 
 def forward_matmuls(backend: Any, seed: int = 0) -> Callable[[], None]:
-    """A call that runs the backend's forward matmuls alone at 1 row (its projections back to back, on random
+    """A call that runs a greedy step's matmuls alone at 1 row (its projections back to back, on random
     inputs): t(1) minus its time is what the forward spends outside its matmuls."""
     g = torch.Generator().manual_seed(seed)
     projections = backend.projections()

@@ -50,8 +50,9 @@ from harness.runtime.kernels.cache import Flock, FlockTimeout, cached_build_ok, 
 from harness.runtime.kernels.flags import COMMON_CFLAGS, OTHER_VARIANTS, X86_VARIANTS, openmp_flags
 
 #: The extension's sources: the matmul kernel (which holds the module definition), the fused layer ops,
-#: the decoding steps' attention and the whole layer in one call.
-SOURCES = tuple(Path(__file__).with_name(f"{name}.cpp") for name in ("small_gemm", "layer_ops", "attention", "layer"))
+#: the decoding steps' attention, the whole layer in one call and the greedy LM head's screen.
+SOURCES = tuple(Path(__file__).with_name(f"{name}.cpp")
+                for name in ("small_gemm", "layer_ops", "attention", "layer", "head_screen"))
 
 
 def sources(source_dir: Path | None = None) -> tuple[Path, ...]:

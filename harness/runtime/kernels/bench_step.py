@@ -4,8 +4,9 @@
 ``kernels.bench`` times a forward's matmuls alone; a change to what a step does around them (``layer.cpp``,
 ``attention.cpp``, the fused operations, or work that overlaps one call with the next, such as the prefetch of
 the next projection) shows only in whole steps. This loads the model once per build (ours, then each DIR's),
-checks each build's logits against ours bit for bit, and times a k-token step after ``--cache-len`` entries for
-every build and k in interleaved rounds with a bandwidth probe, as perf's memory bound does: per k, each build's
+checks each build's logits against ours bit for bit, and times a greedy k-token step (``Backend.greedy_forward``,
+what a greedy decoder runs) after ``--cache-len`` entries for every build and k in interleaved rounds with a
+bandwidth probe, as perf's memory bound does: per k, each build's
 median, and each copy's time over ours within a round (median and quartiles), so a drift of the machine's memory
 speed falls on both sides of every ratio. An unedited copy among the DIRs shows the noise between identical
 builds (``echo "// copy" >> DIR/small_gemm.cpp`` gives it a build of its own).
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, b in backends.items():
         for k in args.tokens:
             def step(b=b, ins=inputs[name][k]) -> None:
-                b.forward(*ins)
+                b.greedy_forward(*ins)
                 b.commit([])
             fns[name, k] = step
     samples = round_robin_samples(fns, args.reps, warmup=2)

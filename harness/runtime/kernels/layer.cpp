@@ -24,6 +24,8 @@ at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at:
 at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                   const c10::optional<at::Tensor>& mask, double scale, const c10::optional<at::Tensor>& next);
 at::Tensor silu_mul(const at::Tensor& gu);
+std::vector<int64_t> screened_argmax(const at::Tensor& h, const at::Tensor& t, const at::Tensor& bound, double spread,
+                                     const at::Tensor& w);
 
 namespace {
 
@@ -126,6 +128,17 @@ class Stack {
     ends_ = true;
   }
 
+  // The greedy LM head (head_screen.cpp): screen the bfloat16 rounding of the float32 head packed, bound [vocab]
+  // its per-column error constants, spread their scale, exact [vocab, hidden] the float32 head itself.
+  void set_screen(at::Tensor screen, at::Tensor bound, double spread, at::Tensor exact) {
+    TORCH_CHECK(ends_, "Stack.set_screen: call set_ends first");
+    screen_ = Proj{std::move(screen), head_.n_out, c10::nullopt};
+    bound_ = std::move(bound);
+    spread_ = spread;
+    exact_ = std::move(exact);
+    screened_ = true;
+  }
+
   // ids [k] int64 token ids; positions [k] int64, their rows in cos_t/sin_t [capacity, d]; the caches, L
   // and mask as forward; rows [r] int64 the rows whose logits are wanted (None: all k). The operations and
   // their order are the Python path's (embedding and cos/sin rows copied, the layers, rows selected, final
@@ -133,17 +146,17 @@ class Stack {
   at::Tensor logits(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t, const at::Tensor& sin_t,
                     const at::Tensor& kt, const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
                     const c10::optional<at::Tensor>& rows) const {
-    TORCH_CHECK(ends_, "Stack.logits: call set_ends first");
-    at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
-    c10::optional<at::Tensor> add = forward(x, gather_rows(cos_t, positions, "position"),
-                                            gather_rows(sin_t, positions, "position"), kt, vc, L, mask, head_.packed);
-    if (rows.has_value() && rows->defined()) {  // [r, hidden] each
-      x = gather_rows(x, *rows, "logit row");
-      if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
-    }
-    const c10::optional<at::Tensor> then =  // the next step's first weight
-        layers_.empty() ? c10::nullopt : c10::optional<at::Tensor>(layers_.front().qkv_weight());
-    return head_(add_rms_norm(x, add, norm_, eps_), then);
+    return head_(head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, head_.packed), first_weight());
+  }
+
+  // The same forward, but each wanted row's argmax of its logits (argmax_rows' answer on logits()), through the
+  // screen (set_screen): the step reads the bfloat16 head instead of the float32 one. Returns [r] token ids.
+  std::vector<int64_t> greedy(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
+                              const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
+                              const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows) const {
+    TORCH_CHECK(screened_, "Stack.greedy: call set_screen first");
+    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, screen_.packed);
+    return screened_argmax(h, screen_(h, first_weight()), bound_, spread_, exact_);
   }
 
   // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, blocks, d, B] and vc
@@ -163,11 +176,33 @@ class Stack {
   }
 
  private:
+  // the rows fed to the LM head: embedding, the layers (the last naming `head`, the head it is followed by),
+  // the wanted rows, the final norm; [r, hidden]
+  at::Tensor head_input(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
+                        const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
+                        const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows,
+                        const at::Tensor& head) const {
+    TORCH_CHECK(ends_, "Stack: call set_ends first");
+    at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
+    c10::optional<at::Tensor> add = forward(x, gather_rows(cos_t, positions, "position"),
+                                            gather_rows(sin_t, positions, "position"), kt, vc, L, mask, head);
+    if (rows.has_value() && rows->defined()) {  // [r, hidden] each
+      x = gather_rows(x, *rows, "logit row");
+      if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
+    }
+    return add_rms_norm(x, add, norm_, eps_);
+  }
+
+  // the next step's first weight (prefetched by threads the LM head leaves idle)
+  c10::optional<at::Tensor> first_weight() const {
+    return layers_.empty() ? c10::nullopt : c10::optional<at::Tensor>(layers_.front().qkv_weight());
+  }
+
   std::vector<Layer> layers_;
-  bool ends_ = false;
-  at::Tensor embed_, norm_;
-  double eps_ = 0;
-  Proj head_;
+  bool ends_ = false, screened_ = false;
+  at::Tensor embed_, norm_, bound_, exact_;
+  double eps_ = 0, spread_ = 0;
+  Proj head_, screen_;
 };
 
 }  // namespace
@@ -190,6 +225,11 @@ void register_layer(pybind11::module_& m) {
       .def("set_ends", &Stack::set_ends, "the embedding table, final norm and LM head, for logits",
            py::arg("embed"), py::arg("norm"), py::arg("eps"), py::arg("head"), py::arg("n_head"), py::arg("head_bias"))
       .def("logits", &Stack::logits, "the whole forward: token ids [k] -> logits [r, vocab] (see layer.cpp)",
+           py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
+           py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"))
+      .def("set_screen", &Stack::set_screen, "the greedy LM head's screen (see head_screen.cpp)", py::arg("screen"),
+           py::arg("bound"), py::arg("spread"), py::arg("exact"))
+      .def("greedy", &Stack::greedy, "the whole forward to each wanted row's argmax through the screen: [r] ids",
            py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
            py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"));
 }

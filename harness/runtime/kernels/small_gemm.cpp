@@ -737,6 +737,7 @@ pybind11::dict info() {
 void register_layer_ops(pybind11::module_& m);  // layer_ops.cpp: the forward's small fused operations
 void register_attention(pybind11::module_& m);  // attention.cpp: a step's rows against the KV cache
 void register_layer(pybind11::module_& m);  // layer.cpp: one decoder layer in one call
+void register_head_screen(pybind11::module_& m);  // head_screen.cpp: the greedy LM head's argmax, screened
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "pack W [out, in] into 16-column stripes (64-column blocks)", pybind11::arg("w"),
@@ -749,4 +750,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_layer_ops(m);
   register_attention(m);
   register_layer(m);
+  register_head_screen(m);
 }
