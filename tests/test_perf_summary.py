@@ -53,6 +53,16 @@ def test_figures_are_recomputed_from_the_report():
     assert b["bf16w/fp32"] == pytest.approx(0.012 / 0.022)
     assert b["t1/floor"] == pytest.approx(0.012 / 0.01)
     assert "humaneval la/ar" not in b and "la/pld" not in b and "la/pld recent" not in b
+    assert "screen" not in f and "screen" not in b  # a file from before the LM head's screen
+
+
+def test_screened_head_is_shown_against_the_whole_head():
+    """float32's greedy t(1) over its whole-head step, and bf16w's t(1) over that step: no target."""
+    r = report()
+    r["runs"]["float32/memory"]["t1_whole_head_s"] = 0.024
+    assert figures(r, "float32")["screen"] == pytest.approx(0.022 / 0.024)
+    assert figures(r, "bf16w")["screen"] == pytest.approx(0.012 / 0.024)
+    assert figures(r, "bf16w")["bf16w/fp32"] == pytest.approx(0.012 / 0.022)  # the greedy steps: the target's
 
 
 def test_the_names_perf_writes_are_the_stored_ones_and_the_targets_find_them():

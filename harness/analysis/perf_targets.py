@@ -5,7 +5,11 @@ a hand-copied table drifts from the files it quotes. This reads the JSON files `
 (``<out>/<kernel variant or library>/perf-<dtypes>-<tasks>.json``) and recomputes each figure from them:
 
 - ``t1/floor``: t(1) over the step's weight bytes / the read bandwidth measured in the same rounds;
-- ``bf16w/fp32``: t(1) of the bf16w mode over float32's, both from the same file (one time window);
+- ``bf16w/fp32``: t(1) of the bf16w mode over float32's, both from the same file (one time window); both greedy
+  steps, so float32's reads the LM head's bfloat16 screen where it has one (``harness.runtime.head_screen``);
+- ``screen``: no target; on float32 rows whose greedy steps screen the LM head, their t(1) over a step that
+  reads the whole float32 head (timed in the same rounds), and on bf16w rows, bf16w's t(1) over that
+  whole-head float32 step (the two weight modes reading every weight once, as files before the screen did);
 - ``<task> la/ar`` and ``+corpus``: the auto-tuned lookahead's speedup over our `ar` (total time, prefill
   included, aggregate over the prompts), with prompt/output pools, and also drafting from the held-out
   prompts' answers;
@@ -63,6 +67,7 @@ TARGETS: dict[str, Target] = {
 TARGET_ISAS = ("avx512", "avx2")
 TASKS = ("humaneval", "mt_bench")  # the tasks with a speedup target of their own
 EXTRA = "la/pld recent"  # a figure shown beside the targets, with none of its own
+SCREEN = "screen"  # t(1) against a step reading the whole float32 LM head (see the module docstring); no target
 
 
 def _speedups(table: list[dict[str, Any]]) -> dict[str, float]:
@@ -100,6 +105,9 @@ def figures(report: dict[str, Any], dtype: str) -> dict[str, Any]:
             out["t1/floor"] = t1 / (memory["step_weight_bytes"] / bandwidth)
     if dtype == "bf16w" and t1 is not None and t1_fp32 is not None:
         out["bf16w/fp32"] = t1 / t1_fp32
+    whole = (runs.get("float32/memory") or {}).get("t1_whole_head_s")
+    if whole and t1 is not None and dtype in ("float32", "bf16w"):
+        out[SCREEN] = t1 / whole
     vs_pld, vs_recent, vs_generate, counts = [], [], [], {}
     for key, run in runs.items():
         if not key.startswith(f"{dtype}/") or "table" not in run:
@@ -141,7 +149,7 @@ def summary(roots: list[Path], base: Path | None = None) -> pd.DataFrame:
             run = str(path)
         for dtype in dict.fromkeys(key.split("/", 1)[0] for key in report.get("runs", {})):  # in file order
             rows.append({"run": run, "path": path.parent.name, "dtype": dtype, **figures(report, dtype)})
-    columns = ["run", "path", "dtype", "GB/s", "prompts", *TARGETS, EXTRA, "la/pld task", EXTRA + " task",
+    columns = ["run", "path", "dtype", "GB/s", "prompts", *TARGETS, EXTRA, SCREEN, "la/pld task", EXTRA + " task",
                "ar/generate task"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -166,6 +174,7 @@ def render(df: pd.DataFrame) -> str:
                 continue
             text = f"{value:.3f}" if TARGETS[column].avx2 == 1.0 and value < 1.1 else f"{value:.2f}"
             shown.at[i, column] = f"**{text}**" if meets(row, column) else text
-        if not pd.isna(row[EXTRA]):
-            shown.at[i, EXTRA] = f"{row[EXTRA]:.3f}"
+        for column in (EXTRA, SCREEN):
+            if not pd.isna(row[column]):
+                shown.at[i, column] = f"{row[column]:.3f}"
     return to_markdown(shown.drop(columns=["la/pld task", EXTRA + " task", "ar/generate task"]), floatfmt=".1f")
