@@ -63,7 +63,8 @@ class WeightArena:
         if not huge_pages_offered():
             return None
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        bound = sum((m.out_features + 64) * m.in_features * 4 + ALIGN for m in linears) + (extra + ALIGN if extra else 0)
+        bound = sum((m.out_features + 64) * m.in_features * 4 + ALIGN for m in linears)
+        bound += extra + ALIGN if extra else 0
         try:
             return cls(bound) if bound >= MIN_BYTES else None
         except (OSError, ValueError):  # address space refused (a strict overcommit policy): 4 KB pages
