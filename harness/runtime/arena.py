@@ -20,6 +20,7 @@ address order. Elsewhere (no MADV_HUGEPAGE, THP off) there is no arena and the w
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -56,15 +57,14 @@ class WeightArena:
         self.used = 0
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, extra: int = 0) -> WeightArena | None:
+    def for_model(cls, model: torch.nn.Module, bf16_copies: Sequence[torch.nn.Linear] = ()) -> WeightArena | None:
         """An arena that holds every linear layer's weight packed (float32, padded to whole 64-column
-        blocks) and ``extra`` bytes more, or None where huge pages are not offered or the weights are under
-        :data:`MIN_BYTES`."""
+        blocks), and a bfloat16 copy of each of ``bf16_copies`` packed the same way (the LM head's screen), or None
+        where huge pages are not offered or the weights are under :data:`MIN_BYTES`."""
         if not huge_pages_offered():
             return None
-        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        bound = sum((m.out_features + 64) * m.in_features * 4 + ALIGN for m in linears)
-        bound += extra + ALIGN if extra else 0
+        linears = [(m, 4) for m in model.modules() if isinstance(m, torch.nn.Linear)] + [(m, 2) for m in bf16_copies]
+        bound = sum((m.out_features + 64) * m.in_features * size + ALIGN for m, size in linears)
         try:
             return cls(bound) if bound >= MIN_BYTES else None
         except (OSError, ValueError):  # address space refused (a strict overcommit policy): 4 KB pages

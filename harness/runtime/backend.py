@@ -92,18 +92,21 @@ class Backend:
         kernel = select_kernel(matmul, model, kernel_sources)
         self._kernel = kernel  # also for argmax
         screening = screen_head and kernel is not None and not bf16_weights
-        head = model.lm_head
-        extra = (head.out_features + 64) * head.in_features * 2 if screening else 0  # the screen's bfloat16 head
-        arena = WeightArena.for_model(model, extra) if kernel is not None else None  # 2 MB pages where offered
+        # 2 MB pages where offered, with room for the screen's bfloat16 head
+        arena = WeightArena.for_model(model, (model.lm_head,) if screening else ()) if kernel is not None else None
         glu = glu_fits(model, kernel)  # SiLU * up inside the gate_up matmuls
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights, arena, glu) for layer in model.model.layers]
         self._lm_head = Projection.of((model.lm_head,), pack, kernel, bf16_weights, arena)
-        screen = HeadScreen.of(model.lm_head, kernel, arena) if screening else None
         # the operations between the matmuls, fused where our kernel runs (see layer_ops)
         self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,
-                              self._proj, self._lm_head, screen)
-        #: the greedy LM head's screen where greedy steps run through it, else None
-        self.head_screen: HeadScreen | None = screen if self._ops.screens_head else None
+                              self._proj, self._lm_head)
+        #: the greedy LM head's screen where greedy steps run through it (our whole forward), else None; built
+        #: only there: its bounds and packed bfloat16 head cost start-up time and 57 MB for SmolLM2
+        self.head_screen: HeadScreen | None = None
+        if screening and self._ops.whole_forward:
+            self.head_screen = HeadScreen.of(model.lm_head, kernel, arena)
+            if self.head_screen is not None:
+                self._ops.set_screen(self.head_screen)
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype,
                                               0 if arena is None else arena.huge_bytes())
         if self.head_screen is not None:

@@ -49,7 +49,7 @@ class TorchOps:
 
     key_block = 0  # the key cache is [Hkv, capacity, d], as torch's attention reads it (see FusedOps')
     whole_forward = False  # FusedOps where it runs token ids to logits in one call (see its logits)
-    screens_head = False  # FusedOps whose whole forward also runs to a greedy step's argmax (see its greedy)
+    screens_head = False  # FusedOps given the LM head's screen: its whole forward also runs to a greedy step's argmax
 
     def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "sdpa",
                  layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = ()) -> None:
@@ -157,10 +157,8 @@ class FusedOps(TorchOps):
 
     def __init__(self, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int, attn: str = "kernel",
                  layers: Sequence[tuple[torch.nn.Module, LayerProjections]] = (),
-                 ends: tuple[torch.nn.Module, torch.nn.Module, Projection] | None = None,
-                 screen: HeadScreen | None = None) -> None:
-        """``ends``: the model's token embedding, final norm and LM head, for :meth:`logits`; ``screen``: the
-        head's, for :meth:`greedy`."""
+                 ends: tuple[torch.nn.Module, torch.nn.Module, Projection] | None = None) -> None:
+        """``ends``: the model's token embedding, final norm and LM head, for :meth:`logits`."""
         super().__init__(n_heads, n_kv_heads, head_dim, attn, layers)
         self.kernel = kernel
         # with our attention and every matmul ours: all layers in one call (layer.cpp), weights bound once
@@ -173,9 +171,6 @@ class FusedOps(TorchOps):
                 self._stack.set_ends(embed.weight.detach().contiguous(), norm.weight.detach().contiguous(),
                                      norm.variance_epsilon, head.small, head.out_features, head.bias)
                 self._ends = True
-                if screen is not None:
-                    self._stack.set_screen(screen.projection.small, screen.bound, screen.spread, screen.exact)
-        self._screened = self._ends and screen is not None
 
     @property
     def whole_forward(self) -> bool:  # type: ignore[override]
@@ -188,9 +183,10 @@ class FusedOps(TorchOps):
         cos/sin tables [capacity, d], logit_rows [r] or None -> logits [r, vocab], bitwise the Python path's."""
         return self._stack.logits(ids, positions, rope[0], rope[1], k_cache, v_cache, L, mask, logit_rows)
 
-    @property
-    def screens_head(self) -> bool:  # type: ignore[override]
-        return self.whole_forward and self._screened
+    def set_screen(self, screen: HeadScreen) -> None:
+        """Run greedy steps through the LM head's screen (``Stack.set_screen``); needs :attr:`whole_forward`."""
+        self._stack.set_screen(screen.projection.small, screen.bound, screen.spread, screen.exact)
+        self.screens_head = True
 
     def greedy(self, ids: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                k_cache: torch.Tensor, v_cache: torch.Tensor, L: int, mask: torch.Tensor | None,
@@ -277,12 +273,12 @@ def glu_fits(model: torch.nn.Module, kernel: Any) -> bool:
 
 def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int, head_dim: int,
               attn: str = "auto", projections: Sequence[LayerProjections] = (),
-              lm_head: Projection | None = None, screen: HeadScreen | None = None) -> TorchOps:
+              lm_head: Projection | None = None) -> TorchOps:
     """:class:`FusedOps` where our kernel runs the matmuls and the model's layers are the plain LLaMA
     ones it implements (RMSNorm with ``variance_epsilon``, SiLU MLP); else :class:`TorchOps`. ``attn``
     (:data:`ATTN_CHOICES`) is resolved here: ``auto`` is ``kernel`` with FusedOps, else ``sdpa``.
     ``projections``: each layer's matmuls (:meth:`TorchOps.layer` runs them); ``lm_head``: the LM head's,
-    for FusedOps' whole forward; ``screen``: the LM head's screen, for its greedy steps."""
+    for FusedOps' whole forward."""
     if attn not in ATTN_CHOICES:
         raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
     fits = fused_ops_fit(model, kernel)
@@ -294,5 +290,5 @@ def layer_ops(model: torch.nn.Module, kernel: Any, n_heads: int, n_kv_heads: int
     layers = list(zip(model.model.layers, projections))
     if fits:
         ends = None if lm_head is None else (model.model.embed_tokens, model.model.norm, lm_head)
-        return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn, layers, ends, screen)
+        return FusedOps(kernel, n_heads, n_kv_heads, head_dim, attn, layers, ends)
     return TorchOps(n_heads, n_kv_heads, head_dim, attn, layers)
