@@ -55,7 +55,7 @@ def memory_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> M
 
 def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float, whole_head: float | None = None) -> str:
     """t(1) of a greedy step, and its matmuls alone, against the time to read the step's weights once at the
-    bandwidth measured in the same rounds; ``whole_head``: t(1) of a step that reads the whole LM
+    bandwidth measured in the same rounds; ``whole_head``: t(1) of a step that reads the whole float32 LM
     head, where greedy steps screen it (its own bound beside it)."""
     weight = backend.step_weight_bytes()
     floor = weight / bandwidth
@@ -65,7 +65,7 @@ def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float, who
             f"(medians of interleaved rounds)")
     if whole_head is not None and backend.head_screen is not None:
         whole = weight - backend.head_screen.weight_bytes + backend.whole_head_bytes()
-        line += (f"; the LM head screened in int8 (greedy steps): a step reading the whole head "
+        line += (f"; the LM head screened in bfloat16 (greedy steps): a step reading the whole float32 head "
                  f"({whole / 1e6:.0f} MB, bound {whole / bandwidth * 1e3:.1f} ms) took {whole_head * 1e3:.1f} ms, "
                  f"{t1 / whole_head:.3f}x")
     return line

@@ -1,7 +1,6 @@
 """The greedy LM head's screen (``head_screen.cpp``, ``harness.runtime.head_screen``): each row's argmax from the
-int8 head and a few of the head's rows is the argmax of the kernel's logits, ties, near-ties and NaN included, on
-every kernel variant this CPU runs, for float32 and bf16w heads; the backend's greedy steps and every decoder's
-tokens are those of the whole head."""
+bfloat16 head and a few float32 rows is the float32 logits' argmax, ties, near-ties and NaN included, on every
+kernel variant this CPU runs; the backend's greedy steps and every decoder's tokens are those of the whole head."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import torch
 from decoders import build_decoder
 from harness.runtime import kernels as K
 from harness.runtime.backend import Backend
-from harness.runtime.head_screen import UNPACKED, bounds, quantize
-from harness.runtime.loading import round_weights_to_bf16
+from harness.runtime.head_screen import bounds
 from harness.runtime.layer_ops import FusedOps
 from tiny import tiny_model
 
@@ -35,54 +33,24 @@ def test_recomputed_logits_are_the_kernels_bits(mod, n, k):
     assert torch.equal(mod.kernel_logits(h, w), mod.linear(h, mod.pack(w), n))
 
 
-def _screen(mod, w: torch.Tensor):
-    """w's screen: (packed int8 head, the kernel's scales, bound, spread, magnitude)."""
-    q, scale = quantize(w)
-    return (mod.pack_screen(q), scale / UNPACKED) + bounds(w, q, scale)
-
-
-@pytest.mark.parametrize("bf16w", [False, True])
-def test_bounds_hold_where_the_rounding_errors_add_up(mod, bf16w):
-    """|s_j - t_j| <= c_j ||h|| even for h aligned with the signs of column j's quantization errors, on a float32
-    head and on bf16w's (bfloat16 values, packed in bfloat16)."""
+def test_bounds_hold_where_the_rounding_errors_add_up(mod):
+    """|s_j - t_j| <= c_j ||h|| even for h aligned with the signs of column j's rounding errors."""
     g = torch.Generator().manual_seed(5)
     w = torch.randn(200, 576, generator=g) * 0.05
-    if bf16w:
-        w = w.to(torch.bfloat16).float()
-    packed, scale, bound, spread, magnitude = _screen(mod, w)
-    q, s8 = quantize(w)
-    delta = w - q.float() * s8[:, None]
+    bound, spread = bounds(w)
+    delta = w - w.to(torch.bfloat16).float()
     h = torch.cat([torch.sign(delta[:50]) * torch.rand(50, 576, generator=g) * 10,
                    torch.randn(20, 576, generator=g) * 40])
-    s = mod.linear(h, mod.pack(w, bf16=bf16w), 200)
-    t = mod.screen_logits(h, packed, scale)
+    s = mod.linear(h, mod.pack(w), 200)
+    t = mod.linear(h, mod.pack(w, bf16=True), 200)
     assert ((s - t).abs().double() <= bound.double() * h.double().norm(dim=1, keepdim=True)).all()
-    assert spread >= 2 * w.norm(dim=1).max().item() and magnitude >= 127 * UNPACKED
-
-
-@pytest.mark.parametrize("n,k", [(1, 7), (70, 13), (130, 577), (257, 64)])
-def test_screen_logits_are_the_int8_heads(mod, n, k):
-    """Every row count (row tiles and their remainders), widths that leave a part stripe: each logit within the
-    float32 error bound of the exact h @ (s q)^T, and a row's logits the same at every row count."""
-    g = torch.Generator().manual_seed(n)
-    w = torch.randn(n, k, generator=g)
-    w[0] = 0  # a zero column: scale 1, logit 0
-    q, scale = quantize(w)
-    packed = mod.pack_screen(q)
-    h = torch.randn(13, k, generator=g)
-    exact = h.double() @ (q.double() * scale.double()[:, None]).T
-    err = 2 * k * 2.0**-24 * (h.double().abs() @ (q.double().abs() * scale.double()[:, None]).T) + 1e-30
-    for r in range(1, 14):
-        t = mod.screen_logits(h[:r].contiguous(), packed, scale / UNPACKED)
-        assert t.shape == (r, n) and ((t.double() - exact[:r]).abs() <= err[:r]).all(), r
-        assert torch.equal(t[0], mod.screen_logits(h[:1].contiguous(), packed, scale / UNPACKED)[0])
-    assert (t[:, 0] == 0).all()
+    assert spread >= 2 * w.norm(dim=1).max().item()
 
 
 def _adversarial_head(g: torch.Generator, n: int = 500, k: int = 576) -> torch.Tensor:
     """Random columns, with exact duplicates (ties: the first wins), columns one to a few float32 steps from
-    column 0 (their order is decided by the float32 sums, far inside the int8 error), and columns 20-59 within
-    bfloat16's rounding of column 0 (the int8 logits order them otherwise than the float32 ones)."""
+    column 0 (their order is decided by the float32 sums, far inside the bfloat16 error), and columns 20-59
+    within bfloat16's rounding of column 0 (the bfloat16 logits order them otherwise than the float32 ones)."""
     w = torch.randn(n, k, generator=g) * 0.05
     w[20:60] = w[0] * (1 + torch.randn(40, k, generator=g) * 2**-8)
     w[300] = w[100]
@@ -93,14 +61,12 @@ def _adversarial_head(g: torch.Generator, n: int = 500, k: int = 576) -> torch.T
     return w
 
 
-@pytest.mark.parametrize("bf16w", [False, True])
-def test_screened_argmax_is_the_heads_argmax(mod, bf16w):
+def test_screened_argmax_is_the_float32_argmax(mod):
     g = torch.Generator().manual_seed(11)
     w = _adversarial_head(g)
-    if bf16w:
-        w = w.to(torch.bfloat16).float()
     n, k = w.shape
-    screen, scale, bound, spread, magnitude = _screen(mod, w)
+    bound, spread = bounds(w)
+    packed, screen = mod.pack(w), mod.pack(w, bf16=True)
     h = torch.randn(140, k, generator=g) * 2
     h[:100] = w[0] * 50 + torch.randn(100, k, generator=g)  # columns 0, 7, 9-11, 20-59, 400, 450 on top
     h[100:104] = w[100] * 30  # 100 and 300 tied exactly
@@ -108,29 +74,25 @@ def test_screened_argmax_is_the_heads_argmax(mod, bf16w):
     h[105, 3] = float("nan")  # NaN logits: the first NaN, as argmax_rows
     h[106, 0] = float("inf")
     h[107] = 1e25  # so large that a float32 sum might overflow: every column recomputed
-    s, t = mod.linear(h, mod.pack(w, bf16=bf16w), n), mod.screen_logits(h, screen, scale)
+    s, t = mod.linear(h, packed, n), mod.linear(h, screen, n)
     want = mod.argmax_rows(s)
-    assert mod.screened_argmax(h, t, bound, spread, magnitude, w) == want
+    assert mod.screened_argmax(h, t, bound, spread, w) == want
     assert want[104] == 0 and {want[i] for i in range(100, 104)} == {100}
-    # the screen had work to do: the int8 logits' argmax is another column on many rows
+    # the screen had work to do: the bfloat16 logits' argmax is another column on many rows
     assert sum(a != b for a, b in zip(mod.argmax_rows(t[:100].contiguous()), want[:100])) >= 10
     finite = torch.isfinite(s).all(dim=1)
     assert [want[i] for i in range(140) if finite[i]] == [int(s[i].argmax()) for i in range(140) if finite[i]]
 
 
-def test_screen_checks_its_input(mod):
+def test_screened_argmax_checks_its_input(mod):
     w = torch.randn(70, 13)
-    screen, scale, bound, spread, magnitude = _screen(mod, w)
+    bound, spread = bounds(w)
     h = torch.randn(2, 13)
-    t = mod.screen_logits(h, screen, scale)
+    t = mod.linear(h, mod.pack(w, bf16=True), 70)
     with pytest.raises(RuntimeError, match="shapes"):
-        mod.screened_argmax(h, t[:, :60].contiguous(), bound, spread, magnitude, w)
-    with pytest.raises(RuntimeError, match="Float"):
-        mod.screened_argmax(h.double(), t, bound, spread, magnitude, w)
-    with pytest.raises(RuntimeError, match="Char"):
-        mod.pack_screen(w)
-    with pytest.raises(RuntimeError, match="layout"):
-        mod.screen_logits(h, screen, scale[:60].contiguous())
+        mod.screened_argmax(h, t[:, :60].contiguous(), bound, spread, w)
+    with pytest.raises(RuntimeError, match="float32"):
+        mod.screened_argmax(h.double(), t, bound, spread, w)
 
 
 def _steps(be: Backend, g: torch.Generator):
@@ -146,22 +108,13 @@ def _steps(be: Backend, g: torch.Generator):
         yield ids, torch.arange(be.length, be.length + k), mask, rows
 
 
-def _model(seed: int, bf16w: bool):
-    model = tiny_model(seed, vocab=2000)
-    if bf16w:
-        round_weights_to_bf16(model)
-    return model
-
-
 @pytest.mark.skipif(not VARIANTS, reason="no kernel variant runs here")
-@pytest.mark.parametrize("bf16w", [False, True])
-def test_greedy_steps_are_the_whole_heads(bf16w):
-    be = Backend(_model(3, bf16w), tokenizer=None, name="tiny", bf16_weights=bf16w)
+def test_greedy_steps_are_the_whole_heads():
+    be = Backend(tiny_model(3, vocab=2000), tokenizer=None, name="tiny")
     assert be.head_screen is not None and isinstance(be._ops, FusedOps) and be._ops.screens_head
-    assert "greedy LM head screened in int8" in be.matmul_path
-    layers = sum(p.weight_bytes for lp in be._proj for p in lp.all())
-    assert be.step_weight_bytes() == layers + be.head_screen.weight_bytes
-    assert be.head_screen.weight_bytes < be.whole_head_bytes() // (2 if bf16w else 4) + 2000 * 4 + 64 * 64
+    assert "greedy LM head screened in bfloat16" in be.matmul_path
+    whole = be._lm_head.weight_bytes
+    assert be.step_weight_bytes() == sum(p.weight_bytes for lp in be._proj for p in lp.all()) + whole // 2
     for ids, pos, mask, rows in _steps(be, torch.Generator().manual_seed(0)):
         want = be.argmax(be.forward(ids, pos, mask, rows))
         be.commit([])
@@ -170,11 +123,11 @@ def test_greedy_steps_are_the_whole_heads(bf16w):
 
 
 @pytest.mark.skipif(not VARIANTS, reason="no kernel variant runs here")
-def test_screen_only_where_our_whole_forward_runs_and_on_request():
+def test_screen_only_for_float32_heads_and_on_request():
     model = tiny_model(3, vocab=2000)
     assert Backend(model, tokenizer=None, name="tiny", screen_head=False).head_screen is None
     assert Backend(model, tokenizer=None, name="tiny", matmul="library").head_screen is None
-    assert Backend(model, tokenizer=None, name="tiny", attn="sdpa").head_screen is None
+    assert Backend(model, tokenizer=None, name="tiny", bf16_weights=True).head_screen is None
     off = Backend(model, tokenizer=None, name="tiny", screen_head=False)
     assert "screened" not in off.matmul_path
     ids, pos = torch.tensor([5, 6]), torch.arange(2)
@@ -183,12 +136,11 @@ def test_screen_only_where_our_whole_forward_runs_and_on_request():
 
 
 @pytest.mark.skipif(not VARIANTS, reason="no kernel variant runs here")
-@pytest.mark.parametrize("bf16w", [False, True])
 @pytest.mark.parametrize("name,params", [("ar", {}), ("lookahead", {"W": 4, "N": 3, "G": 4}), ("pld", {})])
-def test_decoders_emit_the_whole_heads_tokens(name, params, bf16w):
+def test_decoders_emit_the_whole_heads_tokens(name, params):
     """Every decoder's greedy tokens with the screen are those without it (and the screen ran)."""
-    on = Backend(_model(4, bf16w), tokenizer=None, name="tiny", bf16_weights=bf16w)
-    off = Backend(on.model, tokenizer=None, name="tiny", bf16_weights=bf16w, screen_head=False)
+    on = Backend(tiny_model(4, vocab=2000), tokenizer=None, name="tiny")
+    off = Backend(on.model, tokenizer=None, name="tiny", screen_head=False)
     assert on.head_screen is not None and off.head_screen is None
     g = torch.Generator().manual_seed(1)
     for _ in range(4):

@@ -144,7 +144,7 @@ def test_memory_rounds_time_the_probe_t1_and_matmuls_together():
     assert set(mem.t1_whole_head) == {k for k, b in backends.items() if b.head_screen is not None}
     if "a" in mem.t1_whole_head:
         line = memory_floor_line(backends["a"], t1s["a"], 1e10, matmuls["a"], mem.t1_whole_head["a"])
-        assert "screened in int8 (greedy steps): a step reading the whole head" in line
+        assert "a step reading the whole float32 head" in line
 
 
 def test_t1_ratio_pairs_the_rounds():

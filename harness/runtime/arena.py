@@ -57,13 +57,13 @@ class WeightArena:
         self.used = 0
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, int8_copies: Sequence[torch.nn.Linear] = ()) -> WeightArena | None:
+    def for_model(cls, model: torch.nn.Module, bf16_copies: Sequence[torch.nn.Linear] = ()) -> WeightArena | None:
         """An arena that holds every linear layer's weight packed (float32, padded to whole 64-column
-        blocks), and an int8 copy of each of ``int8_copies`` packed in stripes of at most 64 columns (the LM head's
-        screen), or None where huge pages are not offered or the weights are under :data:`MIN_BYTES`."""
+        blocks), and a bfloat16 copy of each of ``bf16_copies`` packed the same way (the LM head's screen), or None
+        where huge pages are not offered or the weights are under :data:`MIN_BYTES`."""
         if not huge_pages_offered():
             return None
-        linears = [(m, 4) for m in model.modules() if isinstance(m, torch.nn.Linear)] + [(m, 1) for m in int8_copies]
+        linears = [(m, 4) for m in model.modules() if isinstance(m, torch.nn.Linear)] + [(m, 2) for m in bf16_copies]
         bound = sum((m.out_features + 64) * m.in_features * size + ALIGN for m, size in linears)
         try:
             return cls(bound) if bound >= MIN_BYTES else None

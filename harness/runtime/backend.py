@@ -27,7 +27,7 @@ import torch
 
 from harness.runtime.arena import WeightArena
 from harness.runtime.flops import forward_flops, model_shape
-from harness.runtime.head_screen import HeadScreen, ScreenWeights
+from harness.runtime.head_screen import HeadScreen
 from harness.runtime.layer_ops import ATTN_CHOICES, glu_fits, layer_ops
 from harness.runtime.matmul import Projection, can_pack, describe_path, layer_projections, select_kernel
 
@@ -69,9 +69,9 @@ class Backend:
         the model's linear weights hold bfloat16 values (``dtype=bf16w``), so our kernel stores them in
         bfloat16 and reads half the bytes, with the same results; ``kernel_sources``: our kernel built from an
         edited copy of its sources (an A/B of a kernel change: ``harness.runtime.kernels.bench_step``);
-        ``screen_head``: greedy steps read the LM head quantized to int8 and recompute the few rows that can
-        hold the argmax (:mod:`harness.runtime.head_screen`: same tokens, 16% fewer bytes a SmolLM2 float32 step,
-        11% bf16w), where our kernel runs the whole forward; False reads the whole head every step."""
+        ``screen_head``: greedy steps read the float32 LM head's bfloat16 rounding and recompute the few rows
+        that can hold the argmax (:mod:`harness.runtime.head_screen`: same tokens, 10% fewer bytes a SmolLM2
+        step), where our kernel runs the whole forward; False reads the whole head every step."""
         if attn not in ATTN_CHOICES:  # before the weights are packed
             raise ValueError(f"attn must be one of {', '.join(ATTN_CHOICES)}, got {attn!r}")
         model_type = getattr(model.config, "model_type", None)
@@ -91,8 +91,8 @@ class Backend:
         pack = can_pack(model)
         kernel = select_kernel(matmul, model, kernel_sources)
         self._kernel = kernel  # also for argmax
-        screening = screen_head and kernel is not None
-        # 2 MB pages where offered, with room for the screen's int8 head
+        screening = screen_head and kernel is not None and not bf16_weights
+        # 2 MB pages where offered, with room for the screen's bfloat16 head
         arena = WeightArena.for_model(model, (model.lm_head,) if screening else ()) if kernel is not None else None
         glu = glu_fits(model, kernel)  # SiLU * up inside the gate_up matmuls
         self._proj = [layer_projections(layer, pack, kernel, bf16_weights, arena, glu) for layer in model.model.layers]
@@ -101,7 +101,7 @@ class Backend:
         self._ops = layer_ops(model, kernel, self.shape.n_heads, self.shape.n_kv_heads, self.shape.head_dim, attn,
                               self._proj, self._lm_head)
         #: the greedy LM head's screen where greedy steps run through it (our whole forward), else None; built
-        #: only there: its bounds and packed int8 head cost start-up time and 28 MB for SmolLM2
+        #: only there: its bounds and packed bfloat16 head cost start-up time and 57 MB for SmolLM2
         self.head_screen: HeadScreen | None = None
         if screening and self._ops.whole_forward:
             self.head_screen = HeadScreen.of(model.lm_head, kernel, arena)
@@ -110,7 +110,7 @@ class Backend:
         self.matmul_path: str = describe_path(kernel, pack, bf16_weights, self.dtype,
                                               0 if arena is None else arena.huge_bytes())
         if self.head_screen is not None:
-            self.matmul_path += "; greedy LM head screened in int8"
+            self.matmul_path += "; greedy LM head screened in bfloat16"
         #: the attention actually run: ``kernel`` (ours), ``sdpa`` or ``eager``
         self.attention_path: str = self._ops.attn
         eos = model.config.eos_token_id
@@ -138,10 +138,10 @@ class Backend:
         """The CUDA device's name (manifests and benchmark headers say which GPU timed them); None on CPU."""
         return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
 
-    def projections(self) -> list[Projection | ScreenWeights]:
+    def projections(self) -> list[Projection]:
         """Every matmul of a greedy step, in its order (each layer's four, then the LM head: its screen's
-        int8 one where :attr:`head_screen` runs)."""
-        head = self._lm_head if self.head_screen is None else self.head_screen.weights
+        bfloat16 one where :attr:`head_screen` runs)."""
+        head = self._lm_head if self.head_screen is None else self.head_screen.projection
         return [p for lp in self._proj for p in lp.all()] + [head]
 
     def step_weight_bytes(self) -> int:
@@ -237,7 +237,7 @@ class Backend:
         logit_rows: torch.Tensor | None = None,
     ) -> list[int]:
         """:meth:`argmax` of :meth:`forward`'s logits, [r] token ids: what a greedy step needs. Through the LM
-        head's screen where :attr:`head_screen` runs (the same ids, from the int8 head and a few of the head's
+        head's screen where :attr:`head_screen` runs (the same ids, from the bfloat16 head and a few float32
         rows), else exactly that."""
         if self.head_screen is None or self._rope is None:
             return self.argmax(self.forward(input_ids, positions, tree_mask, logit_rows))

@@ -185,8 +185,7 @@ class FusedOps(TorchOps):
 
     def set_screen(self, screen: HeadScreen) -> None:
         """Run greedy steps through the LM head's screen (``Stack.set_screen``); needs :attr:`whole_forward`."""
-        w = screen.weights
-        self._stack.set_screen(w.packed, w.scale, screen.bound, screen.spread, screen.magnitude, screen.exact)
+        self._stack.set_screen(screen.projection.small, screen.bound, screen.spread, screen.exact)
         self.screens_head = True
 
     def greedy(self, ids: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],

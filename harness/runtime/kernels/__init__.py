@@ -18,9 +18,7 @@ within one variant; across variants the last bits may differ: the baseline has n
 
 Module API (each variant): ``pack(w, bf16=False)`` once per weight [out, in] (float32 or bfloat16),
 then ``linear(x, packed, n_out)`` per call on contiguous float32 ``x`` [rows, in]; bfloat16 packed
-weights are widened to float32 in registers. ``info()`` says what the build compiled to. The greedy LM head's
-screen (``head_screen.cpp``): ``pack_screen(q)`` packs an int8 head, ``screen_logits(h, packed, scale)`` reads it
-and ``screened_argmax`` gives each row's argmax of the head's own logits from them.
+weights are widened to float32 in registers. ``info()`` says what the build compiled to.
 
 Building: on first use with torch's C++ extension loader (~30-60 s per variant), cached under
 ``$XDG_CACHE_HOME/lookahead-bench/kernels/<variant>-<hash>`` (default ``~/.cache``), the hash covering the

@@ -24,9 +24,8 @@ at::Tensor rope_to_cache(const at::Tensor& qkv, const at::Tensor& cos, const at:
 at::Tensor attend(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                   const c10::optional<at::Tensor>& mask, double scale, const c10::optional<at::Tensor>& next);
 at::Tensor silu_mul(const at::Tensor& gu);
-at::Tensor screen_logits(const at::Tensor& h, const at::Tensor& packed, const at::Tensor& scale);
 std::vector<int64_t> screened_argmax(const at::Tensor& h, const at::Tensor& t, const at::Tensor& bound, double spread,
-                                     double magnitude, const at::Tensor& w);
+                                     const at::Tensor& w);
 
 namespace {
 
@@ -129,17 +128,13 @@ class Stack {
     ends_ = true;
   }
 
-  // The greedy LM head (head_screen.cpp): screen [stripes, hidden, lanes] int32 its int8 copy packed (pack_screen),
-  // scale [vocab] its column scales, bound [vocab] its per-column error constants, spread and magnitude their
-  // scales, exact [vocab, hidden] the head itself in float32.
-  void set_screen(at::Tensor screen, at::Tensor scale, at::Tensor bound, double spread, double magnitude,
-                  at::Tensor exact) {
+  // The greedy LM head (head_screen.cpp): screen the bfloat16 rounding of the float32 head packed, bound [vocab]
+  // its per-column error constants, spread their scale, exact [vocab, hidden] the float32 head itself.
+  void set_screen(at::Tensor screen, at::Tensor bound, double spread, at::Tensor exact) {
     TORCH_CHECK(ends_, "Stack.set_screen: call set_ends first");
-    screen_ = std::move(screen);
-    scale_ = std::move(scale);
+    screen_ = Proj{std::move(screen), head_.n_out, c10::nullopt};
     bound_ = std::move(bound);
     spread_ = spread;
-    magnitude_ = magnitude;
     exact_ = std::move(exact);
     screened_ = true;
   }
@@ -155,13 +150,13 @@ class Stack {
   }
 
   // The same forward, but each wanted row's argmax of its logits (argmax_rows' answer on logits()), through the
-  // screen (set_screen): the step reads the int8 head instead of the whole one. Returns [r] token ids.
+  // screen (set_screen): the step reads the bfloat16 head instead of the float32 one. Returns [r] token ids.
   std::vector<int64_t> greedy(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
                               const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                               const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows) const {
     TORCH_CHECK(screened_, "Stack.greedy: call set_screen first");
-    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, c10::nullopt);
-    return screened_argmax(h, screen_logits(h, screen_, scale_), bound_, spread_, magnitude_, exact_);
+    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, screen_.packed);
+    return screened_argmax(h, screen_(h, first_weight()), bound_, spread_, exact_);
   }
 
   // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, blocks, d, B] and vc
@@ -181,12 +176,12 @@ class Stack {
   }
 
  private:
-  // the rows fed to the LM head: embedding, the layers (the last naming `head`, the packed head it is followed by,
-  // or None), the wanted rows, the final norm; [r, hidden]
+  // the rows fed to the LM head: embedding, the layers (the last naming `head`, the head it is followed by),
+  // the wanted rows, the final norm; [r, hidden]
   at::Tensor head_input(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
                         const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                         const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows,
-                        const c10::optional<at::Tensor>& head) const {
+                        const at::Tensor& head) const {
     TORCH_CHECK(ends_, "Stack: call set_ends first");
     at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
     c10::optional<at::Tensor> add = forward(x, gather_rows(cos_t, positions, "position"),
@@ -205,9 +200,9 @@ class Stack {
 
   std::vector<Layer> layers_;
   bool ends_ = false, screened_ = false;
-  at::Tensor embed_, norm_, screen_, scale_, bound_, exact_;
-  double eps_ = 0, spread_ = 0, magnitude_ = 0;
-  Proj head_;
+  at::Tensor embed_, norm_, bound_, exact_;
+  double eps_ = 0, spread_ = 0;
+  Proj head_, screen_;
 };
 
 }  // namespace
@@ -233,7 +228,7 @@ void register_layer(pybind11::module_& m) {
            py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
            py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"))
       .def("set_screen", &Stack::set_screen, "the greedy LM head's screen (see head_screen.cpp)", py::arg("screen"),
-           py::arg("scale"), py::arg("bound"), py::arg("spread"), py::arg("magnitude"), py::arg("exact"))
+           py::arg("bound"), py::arg("spread"), py::arg("exact"))
       .def("greedy", &Stack::greedy, "the whole forward to each wanted row's argmax through the screen: [r] ids",
            py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
            py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"));
