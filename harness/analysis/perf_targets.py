@@ -6,10 +6,11 @@ a hand-copied table drifts from the files it quotes. This reads the JSON files `
 
 - ``t1/floor``: t(1) over the step's weight bytes / the read bandwidth measured in the same rounds;
 - ``bf16w/fp32``: t(1) of the bf16w mode over float32's, both from the same file (one time window); both greedy
-  steps, so each reads the LM head's screen where it has one (``harness.runtime.head_screen``: bfloat16 for
-  float32 in the files of 2026-12-07k/m, int8 for both modes since);
-- ``screen``: no target; on rows whose greedy steps screen the LM head, their t(1) over a step of the same mode
-  that reads the whole head (timed in the same rounds);
+  steps, so float32's reads the LM head's bfloat16 screen where it has one (``harness.runtime.head_screen``; in
+  the files of 2026-12-07n both modes read an int8 screen, tried and reverted: RUNS.md, forty-third run);
+- ``screen``: no target; on float32 rows whose greedy steps screen the LM head, their t(1) over a step that
+  reads the whole float32 head (timed in the same rounds), and on bf16w rows, bf16w's t(1) over that
+  whole-head float32 step (the two weight modes reading every weight once, as files before the screen did);
 - ``<task> la/ar`` and ``+corpus``: the auto-tuned lookahead's speedup over our `ar` (total time, prefill
   included, aggregate over the prompts), with prompt/output pools, and also drafting from the held-out
   prompts' answers;
@@ -67,7 +68,7 @@ TARGETS: dict[str, Target] = {
 TARGET_ISAS = ("avx512", "avx2")
 TASKS = ("humaneval", "mt_bench")  # the tasks with a speedup target of their own
 EXTRA = "la/pld recent"  # a figure shown beside the targets, with none of its own
-SCREEN = "screen"  # t(1) against a step of its mode reading the whole LM head (see the module docstring); no target
+SCREEN = "screen"  # t(1) against a step reading the whole float32 LM head (see the module docstring); no target
 
 
 def _speedups(table: list[dict[str, Any]]) -> dict[str, float]:
@@ -105,8 +106,8 @@ def figures(report: dict[str, Any], dtype: str) -> dict[str, Any]:
             out["t1/floor"] = t1 / (memory["step_weight_bytes"] / bandwidth)
     if dtype == "bf16w" and t1 is not None and t1_fp32 is not None:
         out["bf16w/fp32"] = t1 / t1_fp32
-    whole = (memory or {}).get("t1_whole_head_s")
-    if whole and t1 is not None:
+    whole = (runs.get("float32/memory") or {}).get("t1_whole_head_s")
+    if whole and t1 is not None and dtype in ("float32", "bf16w"):
         out[SCREEN] = t1 / whole
     vs_pld, vs_recent, vs_generate, counts = [], [], [], {}
     for key, run in runs.items():
