@@ -69,3 +69,55 @@ def memory_floor_line(backend, t1: float, bandwidth: float, matmul_s: float, who
                  f"({whole / 1e6:.0f} MB, bound {whole / bandwidth * 1e3:.1f} ms) took {whole_head * 1e3:.1f} ms, "
                  f"{t1 / whole_head:.3f}x")
     return line
+
+
+#: the operations of a layer's matmuls among the whole forward's clocks (``layer.cpp``'s Clocks)
+LAYER_MATMULS = ("qkv", "o", "gate_up", "down")
+
+
+def op_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> dict[str, dict[str, float]]:
+    """Where a greedy 1-token step's time goes, per backend whose forward is one kernel call: seconds per step
+    in each operation (clocks inside the step, means over ``reps`` interleaved rounds), ``unclocked`` (the step's
+    wall time outside them: the Python around the kernel call, its arguments' conversion, the loop between
+    layers, an argmax not in the kernel) and ``step`` (the whole).
+    Why: t(1) minus the matmuls timed alone does not show what a mode shares with another (the bytes of a
+    screened LM head, the KV cache, the norms), and that bounds how far the mode's own weights can take it."""
+    clocked = {key: b for key, b in backends.items() if b.op_clocks}
+    fns = {key: one_step(b, cache_len) for key, b in clocked.items()}
+    for b in clocked.values():
+        b.clock_ops(True)
+    try:
+        samples = round_robin_samples(fns, reps, warmup=0)
+        out = {}
+        for key, b in clocked.items():
+            seconds = b.op_seconds()
+            steps = seconds.pop("steps")
+            ops = {name: s / steps for name, s in seconds.items()}
+            step = statistics.fmean(samples[key])
+            out[key] = {**ops, "unclocked": step - sum(ops.values()), "step": step}
+        return out
+    finally:
+        for b in clocked.values():
+            b.clock_ops(False)
+
+
+def op_line(ops: dict[str, float], base: dict[str, float] | None = None, base_name: str = "") -> str:
+    """``op_rounds``' split of one backend's step as a line (ms); with ``base`` (another mode's, measured in the
+    same rounds), each part against it and the t(1) ratio the mode would reach were its layers' matmuls exactly
+    half the base's, the rest as measured."""
+    ms = {name: 1e3 * s for name, s in ops.items()}
+    matmuls = sum(ms[name] for name in LAYER_MATMULS)
+    rest = ms["step"] - matmuls
+    line = (f"t(1) by operation (clocks inside the step, means of interleaved rounds): the layers' matmuls "
+            f"{matmuls:.1f} ms (" + ", ".join(f"{name} {ms[name]:.2f}" for name in LAYER_MATMULS) + f"), LM head "
+            f"{ms['head']:.2f}, attention {ms['attention']:.2f}, norms {ms['norms']:.2f}, RoPE and cache writes "
+            f"{ms['rope']:.2f}, embedding {ms['embedding']:.2f}, unclocked (Python, the layer loop) "
+            f"{ms['unclocked']:.2f}; step {ms['step']:.1f} ms")
+    if base is not None:
+        base_matmuls = 1e3 * sum(base[name] for name in LAYER_MATMULS)
+        base_step = 1e3 * base["step"]
+        line += (f"\n  against {base_name}: the layers' matmuls {matmuls / base_matmuls:.3f}x, the rest "
+                 f"{rest / (base_step - base_matmuls):.3f}x, the step {ms['step'] / base_step:.3f}x; with the "
+                 f"layers' matmuls at exactly 0.5x of {base_name}'s and the rest as measured, the step would be "
+                 f"{(0.5 * base_matmuls + rest) / base_step:.3f}x")
+    return line

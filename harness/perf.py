@@ -10,9 +10,9 @@
 0. The memory bound: the matmul weight bytes one step reads against this machine's read bandwidth (a sum
    over a 512 MB buffer), and t(1) against bytes / bandwidth, split into the forward's matmuls alone (its
    1-row projections called back to back) and the rest (norms, RoPE, attention, the Python and thread
-   hand-offs between them). All of these, for every dtype, are medians of the same interleaved rounds
-   (see ``harness.memory_bound``). Results go to ``<out>/<kernel variant or library>``
-   so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
+   hand-offs between them), all medians of the same interleaved rounds (``harness.memory_bound``); then t(1)
+   split by operation, clocks inside the step (``op_rounds``). Results go to ``<out>/<kernel variant or
+   library>``, so figures of different matmul paths (AVX-512, forced AVX2, libraries) sit side by side.
 1. t(k): median latency of one forward with k new tokens on a cache of ``--cache-len`` entries, for
    every ``--dtype`` at once, interleaved (all are loaded together), so t(1) of bf16w against float32
    is a ratio of one time window (one after the other, drift moved it 0.58-0.77x on one EPYC).
@@ -40,8 +40,7 @@
    equals our `ar`'s. Under it, the auto-tuned lookahead's steps grouped by tokens fed
    (``harness.analysis.steps``): which kind of step pays.
 
-Timings are of this machine only; the header says which (CPU figures are labelled CPU).
-"""
+Timings are of this machine only; the header says which (CPU figures are labelled CPU)."""
 
 from __future__ import annotations
 
@@ -63,7 +62,7 @@ from harness.analysis.io import to_markdown
 from harness.analysis.perf_names import GENERATE, auto_name, pld_name
 from harness.analysis.steps import steps_by_size
 from harness.cli_args import add_matmul_option, parse_pld, parse_shape, positive_int
-from harness.memory_bound import memory_floor_line, memory_rounds
+from harness.memory_bound import memory_floor_line, memory_rounds, op_line, op_rounds
 from harness.perf_methods import Method, hf_bfloat16, ours, transformers_generate
 from harness.records import compression
 from harness.runtime.kernels import cpu_identity, cpu_line
@@ -227,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     # after the curves: one_step refills each backend's cache
     mem = memory_rounds(backends, args.cache_len)
     bandwidth, t1, matmuls = mem.bandwidth, mem.t1, mem.matmuls
+    ops = op_rounds(backends, args.cache_len)  # where a 1-token step's time goes, in rounds of their own
     report["read_bandwidth_Bps"] = bandwidth
     for dtype, backend in backends.items():
         out_dir = out_dir or Path(args.out) / matmul_key(backend.matmul_path)
@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None) -> None:
             head += (f"\nt(1) {dtype} / t(1) {first} = {t1[dtype] / t1[first]:.3f}x (medians of interleaved "
                      f"rounds); within a round {ratio[0]:.3f}x, quartiles {ratio[1]:.3f}-{ratio[2]:.3f} over "
                      f"{len(mem.t1_rounds[dtype])} rounds; matmuls alone {matmuls[dtype] / matmuls[first]:.3f}x")
+        if dtype in ops:
+            head += "\n" + op_line(ops[dtype], ops.get(first) if dtype != first else None, first)
         print(head, flush=True)
         text.append(head)
         report["runs"][f"{dtype}/memory"] = {"matmul_path": backend.matmul_path,
@@ -249,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
                                              "t1_s": t1[dtype], "matmuls_s": matmuls[dtype],
                                              "t1_rounds_s": mem.t1_rounds[dtype],
                                              "step_weight_bytes": backend.step_weight_bytes(),
+                                             **({"t1_ops_s": ops[dtype]} if dtype in ops else {}),
                                              **({"t1_whole_head_s": mem.t1_whole_head[dtype]}
                                                 if dtype in mem.t1_whole_head else {})}
         hf16 = hf_bfloat16(backend) if dtype == "bf16w" and args.tasks and not args.no_hf else None

@@ -5,13 +5,15 @@ operations and either attention."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 from harness.runtime import kernels as K
 from harness.runtime.backend import Backend
 from harness.runtime.layer_ops import KEY_BLOCK, FusedOps, TorchOps, block_keys, layer_ops
-from tiny import tiny_model
+from tiny import tiny_backend, tiny_model
 
 VARIANTS = K.available_variants()  # every variant this CPU runs; baseline everywhere
 
@@ -286,3 +288,51 @@ def test_whole_forward_in_one_call_is_the_python_paths_bitwise(bf16):
             be.commit()
     with pytest.raises(IndexError, match="token id 48 is out of range"):
         be.forward(torch.tensor([48]), torch.tensor([be.length]))
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@torch.inference_mode()
+def test_op_clocks_split_a_step_and_change_no_result(bf16):
+    """Clocks around each operation of the whole forward (layer.cpp's Clocks, read through Backend.op_seconds):
+    on, the logits and greedy ids are bitwise those with them off; every operation gets time, their sum stays
+    inside the wall time of the steps, ``steps`` counts the forwards; off, they read zero and count nothing."""
+    from harness.runtime.loading import round_weights_to_bf16
+
+    model = tiny_model(5)
+    if bf16:
+        round_weights_to_bf16(model)
+    be = Backend(model, tokenizer=None, name="tiny", bf16_weights=bf16)
+    assert be.op_clocks
+    g = torch.Generator().manual_seed(2)
+    be.reset(40)
+    prompt = torch.randint(0, 48, (12,), generator=g)
+    be.forward(prompt, torch.arange(12))
+    be.commit()
+    tree = torch.ones(4, 4, dtype=torch.bool).tril()
+
+    def steps() -> tuple[list[torch.Tensor], list[list[int]], float]:
+        t0 = time.perf_counter()
+        logits = [be.forward(prompt[:1], torch.arange(12, 13)), be.forward(prompt[:4], torch.arange(12, 16), tree)]
+        ids = [be.greedy_forward(prompt[:1], torch.arange(12, 13)), be.greedy_forward(prompt[:4], torch.arange(12, 16))]
+        be.commit([])
+        return logits, ids, time.perf_counter() - t0
+
+    off = steps()
+    be.clock_ops(True)
+    on = steps()
+    readings = be.op_seconds()
+    assert readings.pop("steps") == 4
+    assert set(readings) == {"embedding", "norms", "qkv", "rope", "attention", "o", "gate_up", "down", "head"}
+    assert all(s > 0 for s in readings.values()) and sum(readings.values()) < on[2]
+    assert all(torch.equal(a, b) for a, b in zip(on[0], off[0])) and on[1] == off[1]
+    be.clock_ops(False)
+    steps()
+    assert set(be.op_seconds().values()) == {0}
+
+
+def test_op_clocks_need_the_whole_forward():
+    """Where the forward is not one kernel call (torch's attention here), the clocks are refused by name."""
+    be = tiny_backend(0, attn="sdpa")
+    assert not be.op_clocks
+    with pytest.raises(ValueError, match="per-operation clocks need our whole-forward kernel"):
+        be.clock_ops(True)

@@ -264,3 +264,25 @@ def test_snapshots_line_gives_the_spread_of_the_tuners_curves():
     snaps = [{1: 0.0172, 8: 0.02}, {1: 0.011, 8: 0.02}, {1: 0.0115, 8: 0.021}]
     assert snapshots_line(snaps) == "3 curves (t(1) 11.0-17.2 ms)"
     assert snapshots_line([]) == "the caller's curve"
+
+
+def test_op_rounds_split_each_step_and_compare_modes():
+    """op_rounds: per backend, seconds a step spends in each operation (clocks inside the kernel), the unclocked
+    rest and the whole, which they add up to; the clocks are off afterwards. op_line prints them and, against
+    another mode, the ratio the step would reach were its layers' matmuls exactly half of that mode's."""
+    from harness.memory_bound import LAYER_MATMULS, op_line, op_rounds
+    from tests.tiny import tiny_backend
+
+    backends = {"a": tiny_backend(0), "b": tiny_backend(1), "torch": tiny_backend(2, attn="sdpa")}
+    ops = op_rounds(backends, cache_len=8, reps=5)
+    assert set(ops) == {"a", "b"}  # no clocks where the forward is not one kernel call
+    for key in ops:
+        assert all(ops[key][name] > 0 for name in (*LAYER_MATMULS, "head", "attention", "unclocked"))
+        parts = sum(s for name, s in ops[key].items() if name != "step")
+        assert parts == pytest.approx(ops[key]["step"], rel=1e-9)
+        assert set(backends[key].op_seconds().values()) == {0}  # off again
+    line = op_line(ops["b"], ops["a"], "a")
+    a, b = ops["a"], ops["b"]
+    half = (0.5 * sum(a[n] for n in LAYER_MATMULS) + b["step"] - sum(b[n] for n in LAYER_MATMULS)) / a["step"]
+    assert line.startswith("t(1) by operation") and f"the step would be {half:.3f}x" in line
+    assert "against" not in op_line(ops["a"])

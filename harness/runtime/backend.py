@@ -281,6 +281,24 @@ class Backend:
         self.counters.forward_s.append(time.perf_counter() - t0)
         return out
 
+    @property
+    def op_clocks(self) -> bool:
+        """Whether :meth:`clock_ops` can split a step by operation: our whole forward runs it in one call."""
+        return self._ops.whole_forward
+
+    def clock_ops(self, on: bool) -> None:
+        """Clocks around each operation inside our whole forward on (zeroed) or off: where a step's time goes
+        (``layer.cpp``'s Clocks; read by :meth:`op_seconds`). Only where :attr:`op_clocks`."""
+        if not self.op_clocks:
+            raise ValueError(f"per-operation clocks need our whole-forward kernel (float32 or bf16w on CPU, "
+                             f"attn=kernel); this backend runs {self.matmul_path}, attention {self.attention_path}")
+        self._ops.clock_ops(on)
+
+    def op_seconds(self) -> dict[str, float]:
+        """Seconds summed per operation since :meth:`clock_ops` turned the clocks on, and ``steps``: how many
+        forwards they cover."""
+        return self._ops.op_seconds()
+
     # ---- helpers used by every decoder -------------------------------------------------------------
     def argmax(self, logits: torch.Tensor) -> list[int]:
         """Each row's argmax of logits [r, vocab], as ``logits.argmax(-1).tolist()`` gives it (the first

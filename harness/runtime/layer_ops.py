@@ -195,6 +195,15 @@ class FusedOps(TorchOps):
         (``Stack.greedy``; ``head_screen.cpp``): [r] token ids."""
         return self._stack.greedy(ids, positions, rope[0], rope[1], k_cache, v_cache, L, mask, logit_rows)
 
+    def clock_ops(self, on: bool) -> None:
+        """The clocks around each operation of the whole forward on (zeroed) or off (``layer.cpp``'s Clocks)."""
+        self._stack.set_clocks(on)
+
+    def op_seconds(self) -> dict[str, float]:
+        """Seconds summed per operation of the whole forward since :meth:`clock_ops` turned the clocks on, and
+        ``steps``: the forwards they cover."""
+        return dict(self._stack.clock_readings())
+
     @property
     def key_block(self) -> int:  # type: ignore[override]
         """Our attention reads the key cache as [Hkv, blocks, d, KEY_BLOCK] (0: torch's layout)."""

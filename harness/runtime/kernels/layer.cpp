@@ -11,6 +11,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -28,6 +30,39 @@ std::vector<int64_t> screened_argmax(const at::Tensor& h, const at::Tensor& t, c
                                      const at::Tensor& w);
 
 namespace {
+
+// Where a step's time goes: seconds summed per operation over the steps run while a Stack's clocks are on
+// (Stack.set_clocks), read on the calling thread at each operation's end. Why: t(1) minus the matmuls timed
+// alone (perf's memory bound) hides what overlaps inside a step (threads left idle prefetch the next weight)
+// and what a mode shares with another (a bf16w step reads the same LM head bytes as a screened float32 one,
+// and the same KV cache): only clocks inside the step split it. Off by default; on, a step reads ~300 clocks.
+enum Op { EMBED, NORMS, QKV, ROPE, ATTENTION, O, GATE_UP, DOWN, HEAD, N_OPS };
+constexpr std::array<const char*, N_OPS> OP_NAMES = {"embedding", "norms", "qkv", "rope", "attention", "o",
+                                                     "gate_up", "down", "head"};
+struct Clocks {
+  std::array<double, N_OPS> seconds{};
+  int64_t steps = 0;
+};
+
+// Laps of one operation after another: lap(op) adds the time since the previous lap (or the start) to op; a
+// no-op when clocks is null (clocks off)
+class Laps {
+ public:
+  explicit Laps(Clocks* clocks) : clocks_(clocks), last_(clocks ? now() : 0.0) {}
+  void operator()(Op op) {
+    if (clocks_ == nullptr) return;
+    const double t = now();
+    clocks_->seconds[op] += t - last_;
+    last_ = t;
+  }
+
+ private:
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  Clocks* clocks_;
+  double last_;
+};
 
 // one packed projection (pack()'s stripes), its output width and optional bias; next: the packed weight
 // multiplied after it (its start is prefetched by threads left idle at the end: small_gemm.cpp's prefetch_start)
@@ -62,17 +97,31 @@ class Layer {
   // x [k, hidden] the residual stream (updated in place: x += add, then x += attention's output);
   // add [k, hidden] what the previous layer adds (None for the first); cos/sin [k, d]; kt/vc the layer's
   // caches; mask [k, k] bool among the new tokens or None (causal); next: the packed weight multiplied after the
-  // layer (the next layer's qkv, or the LM head), or None. Returns what this layer adds, [k, hidden].
+  // layer (the next layer's qkv, or the LM head), or None; clocks: where to add each operation's time, or
+  // null. Returns what this layer adds, [k, hidden].
   // Each call names the weight multiplied after it, so threads left idle prefetch its start (see Proj).
   at::Tensor forward(at::Tensor x, const c10::optional<at::Tensor>& add, const at::Tensor& cos, const at::Tensor& sin,
                      at::Tensor kt, at::Tensor vc, int64_t L, const c10::optional<at::Tensor>& mask,
-                     const c10::optional<at::Tensor>& next) const {
+                     const c10::optional<at::Tensor>& next, Clocks* clocks) const {
+    Laps lap(clocks);
     at::Tensor h = add_rms_norm(x, add, in_norm_, in_eps_);
-    at::Tensor q = rope_to_cache(qkv_(h, o_.packed), cos, sin, kt, vc, L, H_, Hkv_, true);
-    at::Tensor o = attend(q, kt, vc, L, mask, scale_, o_.packed);
-    h = add_rms_norm(x, o_(o, gate_up_.packed), post_norm_, post_eps_);
-    return down_(glu_ ? swiglu(h, gate_up_.packed, gate_up_.n_out, down_.packed) : silu_mul(gate_up_(h, down_.packed)),
-                 next);
+    lap(NORMS);
+    const at::Tensor qkv = qkv_(h, o_.packed);  // [k, (H + 2 Hkv) d]
+    lap(QKV);
+    const at::Tensor q = rope_to_cache(qkv, cos, sin, kt, vc, L, H_, Hkv_, true);
+    lap(ROPE);
+    const at::Tensor o = attend(q, kt, vc, L, mask, scale_, o_.packed);  // [k, H d]
+    lap(ATTENTION);
+    const at::Tensor attended = o_(o, gate_up_.packed);  // [k, hidden]
+    lap(O);
+    h = add_rms_norm(x, attended, post_norm_, post_eps_);
+    lap(NORMS);
+    const at::Tensor act = glu_ ? swiglu(h, gate_up_.packed, gate_up_.n_out, down_.packed)
+                                : silu_mul(gate_up_(h, down_.packed));  // [k, intermediate]
+    lap(GATE_UP);
+    at::Tensor added = down_(act, next);
+    lap(DOWN);
+    return added;
   }
 
   const at::Tensor& qkv_weight() const { return qkv_.packed; }
@@ -145,18 +194,39 @@ class Stack {
   // norm, LM head), so the logits are bitwise its. Returns [r, vocab] float32.
   at::Tensor logits(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t, const at::Tensor& sin_t,
                     const at::Tensor& kt, const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
-                    const c10::optional<at::Tensor>& rows) const {
-    return head_(head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, head_.packed), first_weight());
+                    const c10::optional<at::Tensor>& rows) {
+    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, head_.packed);
+    Laps lap(clocks());
+    at::Tensor out = head_(h, first_weight());
+    lap(HEAD);
+    return out;
   }
 
   // The same forward, but each wanted row's argmax of its logits (argmax_rows' answer on logits()), through the
   // screen (set_screen): the step reads the bfloat16 head instead of the float32 one. Returns [r] token ids.
   std::vector<int64_t> greedy(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
                               const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
-                              const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows) const {
+                              const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows) {
     TORCH_CHECK(screened_, "Stack.greedy: call set_screen first");
     const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, screen_.packed);
-    return screened_argmax(h, screen_(h, first_weight()), bound_, spread_, exact_);
+    Laps lap(clocks());
+    std::vector<int64_t> ids_out = screened_argmax(h, screen_(h, first_weight()), bound_, spread_, exact_);
+    lap(HEAD);
+    return ids_out;
+  }
+
+  // Clocks on (zeroed) or off (see Clocks)
+  void set_clocks(bool on) {
+    clocks_on_ = on;
+    clocks_ = Clocks{};
+  }
+
+  // {operation: seconds summed over the clocked steps, ..., "steps": how many}; all zero while off
+  pybind11::dict clock_readings() const {
+    pybind11::dict d;
+    for (int op = 0; op < N_OPS; ++op) d[OP_NAMES[op]] = clocks_.seconds[op];
+    d["steps"] = clocks_.steps;
+    return d;
   }
 
   // x [k, hidden] the residual stream (updated in place); kt [n_layers, Hkv, blocks, d, B] and vc
@@ -164,34 +234,42 @@ class Stack {
   // the rest as Layer::forward. Returns what the last layer adds.
   c10::optional<at::Tensor> forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& kt,
                                     const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
-                                    const c10::optional<at::Tensor>& last) const {
+                                    const c10::optional<at::Tensor>& last) {
     const auto n = static_cast<int64_t>(layers_.size());
     TORCH_CHECK(kt.dim() == 5 && vc.dim() == 4 && kt.size(0) == n && vc.size(0) == n,
                 "Stack: caches must be [n_layers, ...] for ", n, " layers");
     c10::optional<at::Tensor> add;
     for (int64_t i = 0; i < n; ++i)
       add = layers_[i].forward(x, add, cos, sin, kt.select(0, i), vc.select(0, i), L, mask,
-                               i + 1 < n ? c10::optional<at::Tensor>(layers_[i + 1].qkv_weight()) : last);
+                               i + 1 < n ? c10::optional<at::Tensor>(layers_[i + 1].qkv_weight()) : last, clocks());
     return add;
   }
 
  private:
   // the rows fed to the LM head: embedding, the layers (the last naming `head`, the head it is followed by),
-  // the wanted rows, the final norm; [r, hidden]
+  // the wanted rows, the final norm; [r, hidden]. A clocked step is counted here (every forward runs it once).
   at::Tensor head_input(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
                         const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                         const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows,
-                        const at::Tensor& head) const {
+                        const at::Tensor& head) {
     TORCH_CHECK(ends_, "Stack: call set_ends first");
+    if (clocks_on_) ++clocks_.steps;
+    Laps lap(clocks());
     at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
-    c10::optional<at::Tensor> add = forward(x, gather_rows(cos_t, positions, "position"),
-                                            gather_rows(sin_t, positions, "position"), kt, vc, L, mask, head);
+    const at::Tensor cos = gather_rows(cos_t, positions, "position"), sin = gather_rows(sin_t, positions, "position");
+    lap(EMBED);
+    c10::optional<at::Tensor> add = forward(x, cos, sin, kt, vc, L, mask, head);
+    Laps end(clocks());
     if (rows.has_value() && rows->defined()) {  // [r, hidden] each
       x = gather_rows(x, *rows, "logit row");
       if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
     }
-    return add_rms_norm(x, add, norm_, eps_);
+    at::Tensor h = add_rms_norm(x, add, norm_, eps_);
+    end(NORMS);
+    return h;
   }
+
+  Clocks* clocks() { return clocks_on_ ? &clocks_ : nullptr; }
 
   // the next step's first weight (prefetched by threads the LM head leaves idle)
   c10::optional<at::Tensor> first_weight() const {
@@ -199,7 +277,8 @@ class Stack {
   }
 
   std::vector<Layer> layers_;
-  bool ends_ = false, screened_ = false;
+  bool ends_ = false, screened_ = false, clocks_on_ = false;
+  Clocks clocks_;
   at::Tensor embed_, norm_, bound_, exact_;
   double eps_ = 0, spread_ = 0;
   Proj head_, screen_;
@@ -231,5 +310,8 @@ void register_layer(pybind11::module_& m) {
            py::arg("bound"), py::arg("spread"), py::arg("exact"))
       .def("greedy", &Stack::greedy, "the whole forward to each wanted row's argmax through the screen: [r] ids",
            py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
-           py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"));
+           py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"))
+      .def("set_clocks", &Stack::set_clocks, "clocks around each operation of a step on (zeroed) or off",
+           py::arg("on"))
+      .def("clock_readings", &Stack::clock_readings, "{operation: seconds summed, ..., 'steps': n} (see layer.cpp)");
 }
