@@ -77,9 +77,9 @@ LAYER_MATMULS = ("qkv", "o", "gate_up", "down")
 
 def op_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> dict[str, dict[str, float]]:
     """Where a greedy 1-token step's time goes, per backend whose forward is one kernel call: seconds per step
-    in each operation (clocks inside the step, means over ``reps`` interleaved rounds), ``unclocked`` (the step's
-    wall time outside them: the Python around the kernel call, its arguments' conversion, the loop between
-    layers, an argmax not in the kernel) and ``step`` (the whole).
+    in each operation (clocks inside the step, means over ``reps`` interleaved rounds; ``layer_loop``: between the
+    layers), ``unclocked`` (the step's wall time outside the kernel's clocks: the Python around the call, its
+    arguments' conversion, an argmax not in the kernel) and ``step`` (the whole).
     Why: t(1) minus the matmuls timed alone does not show what a mode shares with another (the bytes of a
     screened LM head, the KV cache, the norms), and that bounds how far the mode's own weights can take it."""
     clocked = {key: b for key, b in backends.items() if b.op_clocks}
@@ -111,8 +111,8 @@ def op_line(ops: dict[str, float], base: dict[str, float] | None = None, base_na
     line = (f"t(1) by operation (clocks inside the step, means of interleaved rounds): the layers' matmuls "
             f"{matmuls:.1f} ms (" + ", ".join(f"{name} {ms[name]:.2f}" for name in LAYER_MATMULS) + f"), LM head "
             f"{ms['head']:.2f}, attention {ms['attention']:.2f}, norms {ms['norms']:.2f}, RoPE and cache writes "
-            f"{ms['rope']:.2f}, embedding {ms['embedding']:.2f}, unclocked (Python, the layer loop) "
-            f"{ms['unclocked']:.2f}; step {ms['step']:.1f} ms")
+            f"{ms['rope']:.2f}, embedding {ms['embedding']:.2f}, between the layers {ms['layer_loop']:.2f}, outside "
+            f"the kernel's clocks (Python, the call) {ms['unclocked']:.2f}; step {ms['step']:.1f} ms")
     if base is not None:
         base_matmuls = 1e3 * sum(base[name] for name in LAYER_MATMULS)
         base_step = 1e3 * base["step"]

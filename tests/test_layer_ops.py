@@ -322,7 +322,8 @@ def test_op_clocks_split_a_step_and_change_no_result(bf16):
     on = steps()
     readings = be.op_seconds()
     assert readings.pop("steps") == 4
-    assert set(readings) == {"embedding", "norms", "qkv", "rope", "attention", "o", "gate_up", "down", "head"}
+    assert set(readings) == {"embedding", "norms", "qkv", "rope", "attention", "o", "gate_up", "down", "layer_loop",
+                             "head"}
     assert all(s > 0 for s in readings.values()) and sum(readings.values()) < on[2]
     assert all(torch.equal(a, b) for a, b in zip(on[0], off[0])) and on[1] == off[1]
     be.clock_ops(False)
@@ -336,3 +337,25 @@ def test_op_clocks_need_the_whole_forward():
     assert not be.op_clocks
     with pytest.raises(ValueError, match="per-operation clocks need our whole-forward kernel"):
         be.clock_ops(True)
+
+
+@torch.inference_mode()
+def test_cache_views_follow_a_new_cache():
+    """The stack keeps each layer's cache views between steps (layer.cpp's cache_views); a reset to another
+    capacity brings new caches, and the next steps see them: the same logits as a fresh backend's."""
+    be, fresh = tiny_backend(3), tiny_backend(3)
+    assert be.op_clocks  # the whole forward runs
+    prompt = torch.arange(1, 11)
+    be.reset(20)
+    be.forward(prompt, torch.arange(10))
+    be.commit()
+    be.forward(prompt[:1], torch.arange(10, 11))
+    other = torch.randint(0, 48, (32,), generator=torch.Generator().manual_seed(1))  # past the old capacity
+    for b in (be, fresh):
+        b.reset(64)
+        b.forward(other[:30], torch.arange(30))
+        b.commit()
+        b.forward(other[30:], torch.arange(30, 32))
+        b.commit([1])  # the second new entry moved to position 30 (keep_keys), in the caches the stack reads
+    step = other[:1], torch.arange(31, 32)
+    assert torch.equal(be.forward(*step), fresh.forward(*step))

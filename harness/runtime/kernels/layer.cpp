@@ -36,9 +36,10 @@ namespace {
 // alone (perf's memory bound) hides what overlaps inside a step (threads left idle prefetch the next weight)
 // and what a mode shares with another (a bf16w step reads the same LM head bytes as a screened float32 one,
 // and the same KV cache): only clocks inside the step split it. Off by default; on, a step reads ~300 clocks.
-enum Op { EMBED, NORMS, QKV, ROPE, ATTENTION, O, GATE_UP, DOWN, HEAD, N_OPS };
+// LOOP: between the layers (the last layer's temporaries freed, the next one's cache views made).
+enum Op { EMBED, NORMS, QKV, ROPE, ATTENTION, O, GATE_UP, DOWN, LOOP, HEAD, N_OPS };
 constexpr std::array<const char*, N_OPS> OP_NAMES = {"embedding", "norms", "qkv", "rope", "attention", "o",
-                                                     "gate_up", "down", "head"};
+                                                     "gate_up", "down", "layer_loop", "head"};
 struct Clocks {
   std::array<double, N_OPS> seconds{};
   int64_t steps = 0;
@@ -97,13 +98,12 @@ class Layer {
   // x [k, hidden] the residual stream (updated in place: x += add, then x += attention's output);
   // add [k, hidden] what the previous layer adds (None for the first); cos/sin [k, d]; kt/vc the layer's
   // caches; mask [k, k] bool among the new tokens or None (causal); next: the packed weight multiplied after the
-  // layer (the next layer's qkv, or the LM head), or None; clocks: where to add each operation's time, or
-  // null. Returns what this layer adds, [k, hidden].
+  // layer (the next layer's qkv, or the LM head), or None; lap: the step's clocks (see Laps). Returns what this
+  // layer adds, [k, hidden].
   // Each call names the weight multiplied after it, so threads left idle prefetch its start (see Proj).
   at::Tensor forward(at::Tensor x, const c10::optional<at::Tensor>& add, const at::Tensor& cos, const at::Tensor& sin,
                      at::Tensor kt, at::Tensor vc, int64_t L, const c10::optional<at::Tensor>& mask,
-                     const c10::optional<at::Tensor>& next, Clocks* clocks) const {
-    Laps lap(clocks);
+                     const c10::optional<at::Tensor>& next, Laps& lap) const {
     at::Tensor h = add_rms_norm(x, add, in_norm_, in_eps_);
     lap(NORMS);
     const at::Tensor qkv = qkv_(h, o_.packed);  // [k, (H + 2 Hkv) d]
@@ -195,8 +195,8 @@ class Stack {
   at::Tensor logits(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t, const at::Tensor& sin_t,
                     const at::Tensor& kt, const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
                     const c10::optional<at::Tensor>& rows) {
-    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, head_.packed);
     Laps lap(clocks());
+    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, head_.packed, lap);
     at::Tensor out = head_(h, first_weight());
     lap(HEAD);
     return out;
@@ -208,8 +208,8 @@ class Stack {
                               const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                               const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows) {
     TORCH_CHECK(screened_, "Stack.greedy: call set_screen first");
-    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, screen_.packed);
     Laps lap(clocks());
+    const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, screen_.packed, lap);
     std::vector<int64_t> ids_out = screened_argmax(h, screen_(h, first_weight()), bound_, spread_, exact_);
     lap(HEAD);
     return ids_out;
@@ -235,41 +235,68 @@ class Stack {
   c10::optional<at::Tensor> forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& kt,
                                     const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
                                     const c10::optional<at::Tensor>& last) {
-    const auto n = static_cast<int64_t>(layers_.size());
-    TORCH_CHECK(kt.dim() == 5 && vc.dim() == 4 && kt.size(0) == n && vc.size(0) == n,
-                "Stack: caches must be [n_layers, ...] for ", n, " layers");
-    c10::optional<at::Tensor> add;
-    for (int64_t i = 0; i < n; ++i)
-      add = layers_[i].forward(x, add, cos, sin, kt.select(0, i), vc.select(0, i), L, mask,
-                               i + 1 < n ? c10::optional<at::Tensor>(layers_[i + 1].qkv_weight()) : last, clocks());
-    return add;
+    Laps lap(clocks());
+    return run_layers(x, cos, sin, kt, vc, L, mask, last, lap);
   }
 
  private:
+  // forward's layers, timed by lap
+  c10::optional<at::Tensor> run_layers(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& kt,
+                                       const at::Tensor& vc, int64_t L, const c10::optional<at::Tensor>& mask,
+                                       const c10::optional<at::Tensor>& last, Laps& lap) {
+    const auto n = static_cast<int64_t>(layers_.size());
+    TORCH_CHECK(kt.dim() == 5 && vc.dim() == 4 && kt.size(0) == n && vc.size(0) == n,
+                "Stack: caches must be [n_layers, ...] for ", n, " layers");
+    const std::vector<at::Tensor>& views = cache_views(kt, vc);
+    c10::optional<at::Tensor> add;
+    for (int64_t i = 0; i < n; ++i) {
+      const c10::optional<at::Tensor> next = i + 1 < n ? c10::optional<at::Tensor>(layers_[i + 1].qkv_weight()) : last;
+      lap(LOOP);
+      add = layers_[i].forward(x, add, cos, sin, views[2 * i], views[2 * i + 1], L, mask, next, lap);
+    }
+    lap(LOOP);
+    return add;
+  }
+
   // the rows fed to the LM head: embedding, the layers (the last naming `head`, the head it is followed by),
   // the wanted rows, the final norm; [r, hidden]. A clocked step is counted here (every forward runs it once).
   at::Tensor head_input(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& cos_t,
                         const at::Tensor& sin_t, const at::Tensor& kt, const at::Tensor& vc, int64_t L,
                         const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& rows,
-                        const at::Tensor& head) {
+                        const at::Tensor& head, Laps& lap) {
     TORCH_CHECK(ends_, "Stack: call set_ends first");
     if (clocks_on_) ++clocks_.steps;
-    Laps lap(clocks());
     at::Tensor x = gather_rows(embed_, ids, "token id");  // [k, hidden], the residual stream
     const at::Tensor cos = gather_rows(cos_t, positions, "position"), sin = gather_rows(sin_t, positions, "position");
     lap(EMBED);
-    c10::optional<at::Tensor> add = forward(x, cos, sin, kt, vc, L, mask, head);
-    Laps end(clocks());
+    c10::optional<at::Tensor> add = run_layers(x, cos, sin, kt, vc, L, mask, head, lap);
     if (rows.has_value() && rows->defined()) {  // [r, hidden] each
       x = gather_rows(x, *rows, "logit row");
       if (add.has_value()) add = gather_rows(*add, *rows, "logit row");
     }
     at::Tensor h = add_rms_norm(x, add, norm_, eps_);
-    end(NORMS);
+    lap(NORMS);
     return h;
   }
 
   Clocks* clocks() { return clocks_on_ ? &clocks_ : nullptr; }
+
+  // Layer i's caches, kt.select(0, i) and vc.select(0, i) at 2 i and 2 i + 1, made once per pair of cache tensors
+  // (kept, with the caches they view, until a step brings others: a backend's reset). Why: ~60 selects a step
+  // through the dispatcher, after each layer's weights have flushed its state, cost ~0.1 ms of a 1-token step.
+  const std::vector<at::Tensor>& cache_views(const at::Tensor& kt, const at::Tensor& vc) {
+    if (!views_.empty() && views_[0].is_alias_of(kt) && views_[1].is_alias_of(vc) && kt.sizes() == views_kt_sizes_ &&
+        vc.sizes() == views_vc_sizes_ && kt.data_ptr() == views_kt_ptr_ && vc.data_ptr() == views_vc_ptr_)
+      return views_;
+    views_.clear();
+    for (int64_t i = 0; i < kt.size(0); ++i) {
+      views_.push_back(kt.select(0, i));
+      views_.push_back(vc.select(0, i));
+    }
+    views_kt_sizes_ = kt.sizes().vec(), views_vc_sizes_ = vc.sizes().vec();
+    views_kt_ptr_ = kt.data_ptr(), views_vc_ptr_ = vc.data_ptr();
+    return views_;
+  }
 
   // the next step's first weight (prefetched by threads the LM head leaves idle)
   c10::optional<at::Tensor> first_weight() const {
@@ -279,6 +306,10 @@ class Stack {
   std::vector<Layer> layers_;
   bool ends_ = false, screened_ = false, clocks_on_ = false;
   Clocks clocks_;
+  std::vector<at::Tensor> views_;  // cache_views'
+  std::vector<int64_t> views_kt_sizes_, views_vc_sizes_;
+  const void* views_kt_ptr_ = nullptr;
+  const void* views_vc_ptr_ = nullptr;
   at::Tensor embed_, norm_, bound_, exact_;
   double eps_ = 0, spread_ = 0;
   Proj head_, screen_;
