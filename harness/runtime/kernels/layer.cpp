@@ -282,8 +282,10 @@ class Stack {
   Clocks* clocks() { return clocks_on_ ? &clocks_ : nullptr; }
 
   // Layer i's caches, kt.select(0, i) and vc.select(0, i) at 2 i and 2 i + 1, made once per pair of cache tensors
-  // (kept, with the caches they view, until a step brings others: a backend's reset). Why: ~60 selects a step
-  // through the dispatcher, after each layer's weights have flushed its state, cost ~0.1 ms of a 1-token step.
+  // (kept, with the caches they view, until a step brings others: a backend's reset). Why: 60 selects a step
+  // through the dispatcher, after each layer's weights had flushed its state, put 0.35-0.44 ms of a SmolLM2
+  // 1-token step between the layers (the clocks); without them 0.06-0.09, and the step ran ~0.7% faster (the
+  // gap had mostly run under the other thread's prefetch; results/perf/RUNS.md, forty-fourth run).
   const std::vector<at::Tensor>& cache_views(const at::Tensor& kt, const at::Tensor& vc) {
     if (!views_.empty() && views_[0].is_alias_of(kt) && views_[1].is_alias_of(vc) && kt.sizes() == views_kt_sizes_ &&
         vc.sizes() == views_vc_sizes_ && kt.data_ptr() == views_kt_ptr_ && vc.data_ptr() == views_vc_ptr_)
