@@ -286,17 +286,21 @@ class Stack {
   // through the dispatcher, after each layer's weights had flushed its state, put 0.35-0.44 ms of a SmolLM2
   // 1-token step between the layers (the clocks); without them 0.06-0.09, and the step ran ~0.7% faster (the
   // gap had mostly run under the other thread's prefetch; results/perf/RUNS.md, forty-fourth run).
+  // Held views are a cache's when layer 0's starts where the cache does, with its sizes and strides less the
+  // first (the views keep their storage alive, so no other cache can start at that address).
   const std::vector<at::Tensor>& cache_views(const at::Tensor& kt, const at::Tensor& vc) {
-    if (!views_.empty() && views_[0].is_alias_of(kt) && views_[1].is_alias_of(vc) && kt.sizes() == views_kt_sizes_ &&
-        vc.sizes() == views_vc_sizes_ && kt.data_ptr() == views_kt_ptr_ && vc.data_ptr() == views_vc_ptr_)
+    auto first_of = [](const at::Tensor& view, const at::Tensor& cache) {
+      return view.data_ptr() == cache.data_ptr() && view.sizes() == cache.sizes().slice(1) &&
+             view.strides() == cache.strides().slice(1);
+    };
+    if (!views_.empty() && static_cast<int64_t>(views_.size()) == 2 * kt.size(0) && first_of(views_[0], kt) &&
+        first_of(views_[1], vc))
       return views_;
     views_.clear();
     for (int64_t i = 0; i < kt.size(0); ++i) {
       views_.push_back(kt.select(0, i));
       views_.push_back(vc.select(0, i));
     }
-    views_kt_sizes_ = kt.sizes().vec(), views_vc_sizes_ = vc.sizes().vec();
-    views_kt_ptr_ = kt.data_ptr(), views_vc_ptr_ = vc.data_ptr();
     return views_;
   }
 
@@ -309,9 +313,6 @@ class Stack {
   bool ends_ = false, screened_ = false, clocks_on_ = false;
   Clocks clocks_;
   std::vector<at::Tensor> views_;  // cache_views'
-  std::vector<int64_t> views_kt_sizes_, views_vc_sizes_;
-  const void* views_kt_ptr_ = nullptr;
-  const void* views_vc_ptr_ = nullptr;
   at::Tensor embed_, norm_, bound_, exact_;
   double eps_ = 0, spread_ = 0;
   Proj head_, screen_;
