@@ -216,7 +216,16 @@ constexpr bool PREFETCH_2ROW = !ZEN4;
 // ~5,000 interleaved rounds binned by the bandwidth probed in each, as `kernels.bench --bins` does) a forward's
 // 1-row bf16 matmuls ran 0.94x of 512 ahead at 46-53 GB/s (6.39 against 6.78 ms) and 0.97-0.98x at 29-33 GB/s,
 // and a whole 1-token bf16w step 0.96x at 49 GB/s (7.62 against 7.97 ms) and 0.97x at 46 (RUNS.md, thirtieth run).
+// The avx512 build that prefetches here (not Zen 4's) runs 2048 ahead again: on the Xeon (family 6 model 207,
+// 2026-12-07, `kernels.bench_step --dtype bf16w --tokens 1 --reps 301 --against`, three runs at 23-26 GB/s) a
+// whole 1-token bf16w step ran 0.975x, 0.988x of 512 ahead (quartiles 0.95-1.01), 1024 0.972x, 1536 0.993x,
+// 3072 0.996x, 256 1.035x; a float32 step (its head's bfloat16 screen) 0.994x. AVX2 keeps Zen 4's 512; forced
+// on the Xeon, 2048 ran 0.974x there too (1024 0.985x, 4096 1.005x), but Zen 4's AVX2 lost 3-16% at 2048.
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int64_t PREFETCH_ROW_BYTES = 2048;
+#else
 constexpr int64_t PREFETCH_ROW_BYTES = 512;
+#endif
 // ... and AVX2's float32 tiles of 3-6 rows (one row tile, 6 x 1 stripe or 3 x 2) prefetch PREFETCH_F32_TILE_BYTES
 // ahead: on Zen 4 with AVX2 forced (2026-12-06, `kernels.bench --variants avx2 --rows 1 3 4 5 6 8 --against`, each
 // column's weights in a huge-page arena, min of 200 interleaved reps, three bandwidth bins, 35-51 GB/s) a forward's
