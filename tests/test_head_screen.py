@@ -109,17 +109,27 @@ def _steps(be: Backend, g: torch.Generator):
 
 
 @pytest.mark.skipif(not VARIANTS, reason="no kernel variant runs here")
-def test_greedy_steps_are_the_whole_heads():
-    be = Backend(tiny_model(3, vocab=2000), tokenizer=None, name="tiny")
-    assert be.head_screen is not None and isinstance(be._ops, FusedOps) and be._ops.screens_head
-    assert "greedy LM head screened in bfloat16" in be.matmul_path
+@pytest.mark.parametrize("mode", ["screened", "whole head", "bf16w"])
+def test_greedy_steps_are_the_whole_heads(mode):
+    """Greedy steps run to their ids in the whole forward's one call (``Stack.greedy``), screened or not, and
+    give the argmax of the logits the same step returns."""
+    be = Backend(tiny_model(3, vocab=2000), tokenizer=None, name="tiny", screen_head=mode == "screened",
+                 bf16_weights=mode == "bf16w")
+    assert isinstance(be._ops, FusedOps) and be._ops.whole_forward
+    assert (be.head_screen is not None) == be._ops.screens_head == (mode == "screened")
+    assert ("greedy LM head screened in bfloat16" in be.matmul_path) == (mode == "screened")
     whole = be._lm_head.weight_bytes
-    assert be.step_weight_bytes() == sum(p.weight_bytes for lp in be._proj for p in lp.all()) + whole // 2
+    head = whole // 2 if mode == "screened" else whole
+    assert be.step_weight_bytes() == sum(p.weight_bytes for lp in be._proj for p in lp.all()) + head
+    fused = be._ops.greedy
+    calls = []
+    be._ops.greedy = lambda *a: calls.append(1) or fused(*a)  # the one call, not logits then argmax
     for ids, pos, mask, rows in _steps(be, torch.Generator().manual_seed(0)):
         want = be.argmax(be.forward(ids, pos, mask, rows))
         be.commit([])
         assert be.greedy_forward(ids, pos, mask, rows) == want
         be.commit()
+    assert len(calls) == 7
 
 
 @pytest.mark.skipif(not VARIANTS, reason="no kernel variant runs here")

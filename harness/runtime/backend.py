@@ -236,17 +236,17 @@ class Backend:
         tree_mask: torch.Tensor | None = None,
         logit_rows: torch.Tensor | None = None,
     ) -> list[int]:
-        """:meth:`argmax` of :meth:`forward`'s logits, [r] token ids: what a greedy step needs. Through the LM
-        head's screen where :attr:`head_screen` runs (the same ids, from the bfloat16 head and a few float32
-        rows), else exactly that."""
-        if self.head_screen is None or self._rope is None:
+        """:meth:`argmax` of :meth:`forward`'s logits, [r] token ids: what a greedy step needs. In the whole
+        forward's one call where it runs (through the LM head's screen where :attr:`head_screen` runs: the same
+        ids, from the bfloat16 head and a few float32 rows), else exactly that."""
+        if not self._ops.whole_forward or self._rope is None:
             return self.argmax(self.forward(input_ids, positions, tree_mask, logit_rows))
         return self._run(input_ids, positions, tree_mask, logit_rows, False, greedy=True)
 
     @torch.inference_mode()
     def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None,
              logit_rows: torch.Tensor | None, prefill: bool, greedy: bool) -> torch.Tensor | list[int]:
-        """:meth:`forward`, or with ``greedy`` (only where the head is screened) :meth:`greedy_forward`."""
+        """:meth:`forward`, or with ``greedy`` (only where the whole forward runs in one call) its argmax."""
         t0 = time.perf_counter()
         k = int(input_ids.shape[0])
         L = self.length
@@ -254,7 +254,7 @@ class Backend:
             raise ValueError(f"KV cache overflow: {L} + {k} > capacity {self.capacity}; call reset() larger")
         s, ops = self.shape, self._ops
         mask = ops.step_mask(k, L, tree_mask, self.dtype, self.device)  # per ops: additive or bool, or None
-        if greedy:  # the whole forward to each row's argmax in one call (layer.cpp, head_screen.cpp)
+        if greedy:  # the whole forward to each row's argmax in one call (layer.cpp; head_screen.cpp if screened)
             out = ops.greedy(input_ids, positions, self._rope, self._k_cache, self._v_cache, L, mask, logit_rows)
         elif ops.whole_forward and self._rope is not None:  # the same operations in one call (layer.cpp)
             out = ops.logits(input_ids, positions, self._rope, self._k_cache, self._v_cache, L, mask, logit_rows)

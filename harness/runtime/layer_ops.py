@@ -191,8 +191,8 @@ class FusedOps(TorchOps):
     def greedy(self, ids: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                k_cache: torch.Tensor, v_cache: torch.Tensor, L: int, mask: torch.Tensor | None,
                logit_rows: torch.Tensor | None) -> list[int]:
-        """:meth:`logits`' rows' argmax (``argmax_rows``' answer on them) through the head's screen
-        (``Stack.greedy``; ``head_screen.cpp``): [r] token ids."""
+        """:meth:`logits`' rows' argmax (``argmax_rows``' answer on them) in the same call (``Stack.greedy``),
+        through the head's screen where :meth:`set_screen` set one (``head_screen.cpp``): [r] token ids."""
         return self._stack.greedy(ids, positions, rope[0], rope[1], k_cache, v_cache, L, mask, logit_rows)
 
     def clock_ops(self, on: bool) -> None:
