@@ -345,7 +345,7 @@ void register_layer(pybind11::module_& m) {
            py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"))
       .def("set_screen", &Stack::set_screen, "the greedy LM head's screen (see head_screen.cpp)", py::arg("screen"),
            py::arg("bound"), py::arg("spread"), py::arg("exact"))
-      .def("greedy", &Stack::greedy, "the whole forward to each wanted row's argmax (through the screen if set): [r] ids",
+      .def("greedy", &Stack::greedy, "the whole forward to each wanted row's argmax (screened if set): [r] ids",
            py::arg("ids"), py::arg("positions"), py::arg("cos_table"), py::arg("sin_table"), py::arg("kt"),
            py::arg("vc"), py::arg("L"), py::arg("mask"), py::arg("rows"))
       .def("set_clocks", &Stack::set_clocks, "clocks around each operation of a step on (zeroed) or off",
