@@ -79,7 +79,7 @@ def op_rounds(backends: dict[str, Any], cache_len: int, reps: int = 41) -> dict[
     """Where a greedy 1-token step's time goes, per backend whose forward is one kernel call: seconds per step
     in each operation (clocks inside the step, means over ``reps`` interleaved rounds; ``layer_loop``: between the
     layers), ``unclocked`` (the step's wall time outside the kernel's clocks: the Python around the call, its
-    arguments' conversion, an argmax not in the kernel) and ``step`` (the whole).
+    arguments' conversion) and ``step`` (the whole).
     Why: t(1) minus the matmuls timed alone does not show what a mode shares with another (the bytes of a
     screened LM head, the KV cache, the norms), and that bounds how far the mode's own weights can take it."""
     clocked = {key: b for key, b in backends.items() if b.op_clocks}

@@ -212,8 +212,8 @@ class Stack {
     Laps lap(clocks());
     const Proj& head = screened_ ? screen_ : head_;
     const at::Tensor h = head_input(ids, positions, cos_t, sin_t, kt, vc, L, mask, rows, head.packed, lap);
-    std::vector<int64_t> ids_out = screened_ ? screened_argmax(h, screen_(h, first_weight()), bound_, spread_, exact_)
-                                             : argmax_rows(head_(h, first_weight()));
+    const at::Tensor t = head(h, first_weight());  // [r, vocab] logits on the screen's head or the whole one
+    std::vector<int64_t> ids_out = screened_ ? screened_argmax(h, t, bound_, spread_, exact_) : argmax_rows(t);
     lap(HEAD);
     return ids_out;
   }
