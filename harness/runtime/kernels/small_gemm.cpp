@@ -252,6 +252,28 @@ constexpr int64_t PREFETCH_F32_TILE_BYTES = PREFETCH_BYTES;
 template <typename T, int MT>
 constexpr bool STREAM_L2 = sizeof(T) == sizeof(float) && MT >= 7;
 
+// A second stream prefetch, into L2, PREFETCH_L2_BYTES ahead of the line read: beside every L1 one on the
+// avx512 build (ROW_L2_BESIDE), and alone in 1-row float32 tiles, which prefetch nothing into L1
+// (ROW_L2_ALONE). Why: on the Xeon (family 6 model 207, 2026-12-07, `kernels.bench_step --against`, whole
+// SmolLM2 steps at cache 300, 81-201 interleaved rounds, ratios within a round) a bf16w step ran 0.94x at 1
+// token (0.935-0.942x at 3-6 KB ahead), 0.96x at 2, 0.93x at 3-4, 0.95x at 6, 0.98x at 8, 1.00x at 16; float32
+// 0.95-0.96x at 1-2 (2 KB ahead 0.949x, 8 KB 0.970x), 0.92-0.93x at 3-4, 0.95x at 6, 0.98x at 8, 1.00x at 16.
+// A scratch walk of the bf16 stripes with a 1-row tile's arithmetic read 26 GB/s with the L1 prefetch alone and
+// 29 with both, as fast as the walk without arithmetic. With AVX2 forced only the 1-row float32 tiles gained
+// (0.954-0.961x); bf16w steps ran 0.99-1.04x, float32 6-token ones 1.02x, so the avx2 build keeps ROW_L2_ALONE
+// only. Not measured on Zen: the Zen 4 build (SG_ZEN4) takes neither.
+constexpr int64_t PREFETCH_L2_BYTES = 4096;
+#if defined(CPU_CAPABILITY_AVX512) && !defined(SG_ZEN4)
+constexpr bool ROW_L2_BESIDE = true;
+#else
+constexpr bool ROW_L2_BESIDE = false;
+#endif
+#if defined(CPU_CAPABILITY_AVX2) || (defined(CPU_CAPABILITY_AVX512) && !defined(SG_ZEN4))
+constexpr bool ROW_L2_ALONE = true;
+#else
+constexpr bool ROW_L2_ALONE = false;
+#endif
+
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
 inline void step(Vec (&acc)[MT][NS][SV], const float* xk, int64_t K, const T* wk, int64_t stripe, int64_t bstride) {
@@ -287,12 +309,21 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
   const int64_t stripe = K * U;
   constexpr bool PREFETCH = (MT * int64_t(sizeof(float) / sizeof(T)) >= 3 && NS <= 2) ||
                             (PREFETCH_BF16_ROW && MT == 1 && sizeof(T) == 2) || (PREFETCH_2ROW && MT == 2 && NS > 2);
+  // bytes ahead of stored stripe s's row k, added as an integer: past the packed weights' end a prefetch is a
+  // no-op, never a fault
+  auto ahead = [&](int s, int64_t k, uintptr_t bytes) {
+    return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + bytes);
+  };
   if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
-    // bytes ahead, added as an integer: past the packed weights' end a prefetch is a no-op, never a fault
     for (int64_t k = k0; k < k1; ++k) {
-      for (int s = 0; s < NST; ++s)
-        SG_PREFETCH(reinterpret_cast<const void*>(
-            reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + pf), L2);
+      for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, pf), L2);
+      if constexpr (ROW_L2_BESIDE && !L2)
+        for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, PREFETCH_L2_BYTES), true);
+      step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
+    }
+  } else if constexpr (ROW_L2_ALONE && MT == 1 && sizeof(T) == sizeof(float)) {
+    for (int64_t k = k0; k < k1; ++k) {
+      for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, PREFETCH_L2_BYTES), true);
       step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
     }
   } else {
@@ -726,6 +757,9 @@ pybind11::dict info() {
   d["prefetch_bytes"] = PREFETCH_BYTES;
   d["prefetch_bf16_row_bytes"] = PREFETCH_BF16_ROW ? PREFETCH_ROW_BYTES : 0;
   d["prefetch_f32_tile_bytes"] = PREFETCH_F32_TILE_BYTES;  // float32 3-6-row tiles (see PREFETCH_F32_TILE_BYTES)
+  // the second, L2 stream prefetch (see PREFETCH_L2_BYTES): beside the L1 ones; in 1-row float32 tiles
+  d["prefetch_l2_bytes"] = pybind11::make_tuple(ROW_L2_BESIDE ? PREFETCH_L2_BYTES : 0,
+                                                ROW_L2_ALONE ? PREFETCH_L2_BYTES : 0);
   d["work_split"] = "a run of blocks per thread, the rest taken from the back";
   d["idle_prefetch_blocks"] = IDLE_PREFETCH_BLOCKS;  // of the next projection, by a thread left without work
 #ifdef _OPENMP
