@@ -273,6 +273,13 @@ constexpr bool ROW_L2_ALONE = true;
 #else
 constexpr bool ROW_L2_ALONE = false;
 #endif
+// But the avx512 build's one-tile blocks of 7-12 float32 rows stream into L1, with the L2 prefetch beside: on
+// the Xeon (2026-12-07, `kernels.bench_step --dtype float32 --tokens 7 9 11 --reps 81 --against`) a 7 / 9 /
+// 11-token step ran 0.946x / 0.927x / 0.935x of the L2 stream alone (9 and 11 tokens with the second L2 prefetch
+// added to the L2 stream: 0.969x / 0.964x). Chunked blocks (13+ rows) keep STREAM_L2: a 16-token step ran
+// 1.03x with them streaming into L1 as well.
+template <typename T, int MT>
+constexpr bool TILE_L2 = !ROW_L2_BESIDE && STREAM_L2<T, MT>;
 
 // One k step of a tile: weight row k of each stripe (wk), every row of the tile against it
 template <typename T, int MT, int NS>
@@ -358,7 +365,7 @@ inline void rows_tile(int64_t mt, const float* x, int64_t K, const T* wb, float*
   if constexpr (MT > 1) {
     if (mt < MT) return rows_tile<T, NS, MT - 1, NEXT>(mt, x, K, wb, y, ldy, cols, pf);
   }
-  tile_block<T, MT, NS, NEXT || STREAM_L2<T, MT>>(x, K, wb, y, ldy, cols, pf);
+  tile_block<T, MT, NS, NEXT || TILE_L2<T, MT>>(x, K, wb, y, ldy, cols, pf);
 }
 
 // A row tile of mt <= MT rows over k in [k0, k1) of NS stripes (w), its sums carried in buf (row stride
