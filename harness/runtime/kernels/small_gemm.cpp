@@ -321,16 +321,14 @@ inline void tile(const float* x, int64_t K, const T* w, float* y, int64_t ldy, i
   auto ahead = [&](int s, int64_t k, uintptr_t bytes) {
     return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w + soff<T>(s, stripe, bstride) + k * U) + bytes);
   };
-  if constexpr (PREFETCH) {  // one loop either way (two made GCC keep accumulators in memory)
+  // the second stream, into L2 (see PREFETCH_L2_BYTES): beside an L1 stream, or alone in 1-row float32 tiles
+  constexpr bool L2_AHEAD = PREFETCH ? ROW_L2_BESIDE && !L2 : ROW_L2_ALONE && MT == 1 && sizeof(T) == sizeof(float);
+  if constexpr (PREFETCH || L2_AHEAD) {  // one loop either way (two made GCC keep accumulators in memory)
     for (int64_t k = k0; k < k1; ++k) {
-      for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, pf), L2);
-      if constexpr (ROW_L2_BESIDE && !L2)
+      if constexpr (PREFETCH)
+        for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, pf), L2);
+      if constexpr (L2_AHEAD)
         for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, PREFETCH_L2_BYTES), true);
-      step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
-    }
-  } else if constexpr (ROW_L2_ALONE && MT == 1 && sizeof(T) == sizeof(float)) {
-    for (int64_t k = k0; k < k1; ++k) {
-      for (int s = 0; s < NST; ++s) SG_PREFETCH(ahead(s, k, PREFETCH_L2_BYTES), true);
       step<T, MT, NS>(acc, x + k, K, w + k * U, stripe, bstride);
     }
   } else {
